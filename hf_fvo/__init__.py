@@ -1,0 +1,36 @@
+"""hf_fvo: grammar-constrained generation for Hugging Face Transformers that samples the
+grammar-conditional distribution μ* rather than the locally masked μ_proj.
+
+Layout follows the math: ``grammar`` (admissible sets A_t) → ``generation`` (Transformers side).
+"""
+
+from hf_fvo.grammar import (
+    EmptyLanguageError,
+    Grammar,
+    GrammarError,
+    GrammarTooLargeError,
+    InfiniteLanguageError,
+    InvalidRegexError,
+    OutOfGrammarError,
+    TokenizerError,
+    TokenTrie,
+    TokenVocabulary,
+    UnsupportedSchemaError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EmptyLanguageError",
+    "Grammar",
+    "GrammarError",
+    "GrammarTooLargeError",
+    "InfiniteLanguageError",
+    "InvalidRegexError",
+    "OutOfGrammarError",
+    "TokenTrie",
+    "TokenVocabulary",
+    "TokenizerError",
+    "UnsupportedSchemaError",
+    "__version__",
+]

@@ -1,0 +1,5 @@
+"""The Transformers side: logits processors that apply the grammar inside ``model.generate``."""
+
+from hf_fvo.generation.processors import GrammarLogitsProcessor
+
+__all__ = ["GrammarLogitsProcessor"]

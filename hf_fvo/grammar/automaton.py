@@ -1,0 +1,506 @@
+"""The compiled token automaton: admissible next-token sets A_t and next states.
+
+A :class:`Grammar` is immutable and holds no tokenizer: per state, the allowed tokens grouped by
+the state they lead to (a CSR table), a token-sorted copy for lookups, the accepting flags and the
+distance to acceptance. Memory is proportional to the number of transitions, never states ×
+vocabulary. Per-sequence state is an ``int`` the caller keeps.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import torch
+
+from hf_fvo.grammar.errors import GrammarError
+
+if TYPE_CHECKING:
+    from hf_fvo.grammar.trie import TokenTrie
+
+__all__ = ["Grammar", "TransitionGroups"]
+
+
+class TransitionGroups(NamedTuple):
+    """The transitions out of one state, grouped by destination.
+
+    ``token_ids[offsets[k]:offsets[k + 1]]`` are the tokens leading to ``next_states[k]``.
+    EOS is not listed: it is allowed exactly at accepting states and leads to
+    :attr:`Grammar.terminal_state`.
+    """
+
+    next_states: torch.Tensor  # int64 (k,)
+    offsets: torch.Tensor  # int64 (k + 1,)
+    token_ids: torch.Tensor  # int32 (m,), grouped by next state, ascending within a group
+
+
+class Grammar:
+    """A compiled, immutable automaton over token ids for one grammar and one tokenizer.
+
+    States are ints ``0 .. num_states - 1``; :attr:`initial_state` is 0. Every state can reach an
+    accepting state (dead states are trimmed at compile time). After EOS the automaton sits in
+    :attr:`terminal_state`, where only EOS is allowed, so EOS stays legal after EOS. The text never
+    contains :attr:`reserved_character`, a Unicode noncharacter the compiler uses internally.
+
+    Build one with :meth:`from_regex`, :meth:`from_json_schema`, :meth:`from_choices` or
+    :meth:`dyck`; compiled automata are cached by (grammar, tokenizer) and pickle.
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tokenizer = load_default_tokenizer()
+        >>> g = Grammar.from_choices(["ok", "error"], tokenizer)
+        >>> state = g.walk(tokenizer.encode("ok"))
+        >>> g.is_accepting(state), bool(g.allowed(state)[g.eos_token_id])
+        (True, True)
+        >>> g.walk(tokenizer.encode("okay")) is None
+        True
+    """
+
+    initial_state: int = 0
+
+    def __init__(
+        self,
+        *,
+        state_ptr: np.ndarray,
+        tokens: np.ndarray,
+        group_ptr: np.ndarray,
+        group_dst: np.ndarray,
+        group_start: np.ndarray,
+        accepting: np.ndarray,
+        vocab_size: int,
+        eos_token_ids: Sequence[int],
+        source: str,
+        reserved_character: str | None = None,
+    ) -> None:
+        """Assemble from grouped tables; use the ``from_*`` constructors instead."""
+        n = len(accepting)
+        self._reserved = reserved_character
+        self._vocab_size = int(vocab_size)
+        self._eos = tuple(int(e) for e in eos_token_ids)
+        self._source = source
+        self._state_ptr = torch.from_numpy(np.ascontiguousarray(state_ptr, dtype=np.int64))
+        self._tokens = torch.from_numpy(np.ascontiguousarray(tokens, dtype=np.int32))
+        self._group_ptr = torch.from_numpy(np.ascontiguousarray(group_ptr, dtype=np.int64))
+        self._group_dst = torch.from_numpy(np.ascontiguousarray(group_dst, dtype=np.int64))
+        self._group_start = torch.from_numpy(np.ascontiguousarray(group_start, dtype=np.int64))
+        self._accepting = torch.from_numpy(np.ascontiguousarray(accepting, dtype=np.bool_))
+        # Token-sorted copy of each state's transitions, for next_state lookups.
+        lookup_tok = np.empty(len(tokens), dtype=np.int32)
+        lookup_dst = np.empty(len(tokens), dtype=np.int32)
+        group_len = np.diff(group_start)
+        dst_per_token = np.repeat(group_dst, group_len).astype(np.int32)
+        for s in range(n):
+            a, b = int(state_ptr[s]), int(state_ptr[s + 1])
+            order = np.argsort(tokens[a:b], kind="stable")
+            lookup_tok[a:b] = tokens[a:b][order]
+            lookup_dst[a:b] = dst_per_token[a:b][order]
+        self._lookup_tok = torch.from_numpy(lookup_tok)
+        self._lookup_dst = torch.from_numpy(lookup_dst)
+        self._distance, self._finite = _distances_and_finiteness(n, group_ptr, group_dst, accepting)
+        self._init_views()
+        self._check_invariants()
+
+    # -- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def from_regex(
+        cls,
+        pattern: str,
+        tokenizer: Any,
+        vocab_size: int | None = None,
+        *,
+        max_length: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        max_states: int | None = None,
+    ) -> Grammar:
+        """Compile a regular expression (Rust ``regex`` syntax, matched in full).
+
+        Args:
+            pattern: The regular expression; the whole generated text must match it.
+            tokenizer: A Hugging Face fast tokenizer.
+            vocab_size: Length of the masks, normally ``model.config.vocab_size`` (which can
+                exceed ``len(tokenizer)``); defaults to ``len(tokenizer)``.
+            max_length: Optional bound on the number of characters of the text.
+            eos_token_id: Overrides ``tokenizer.eos_token_id``; may list several ids.
+            max_states: Refuse patterns whose byte automaton has more states than this.
+
+        Raises:
+            InvalidRegexError: the pattern is malformed or uses an unsupported feature.
+            EmptyLanguageError: no token sequence spells a member (within ``max_length``).
+            GrammarTooLargeError: the automaton would exceed ``max_states``.
+            TokenizerError: the tokenizer cannot be mapped to bytes.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_regex(r"[0-9]{4}", load_default_tokenizer())
+            >>> g.is_finite, g.min_tokens_to_accept(g.initial_state)
+            (True, 2)
+        """
+        from hf_fvo.grammar.compile import compile_grammar
+        from hf_fvo.grammar.sources import regex_source
+
+        return compile_grammar(
+            regex_source(pattern),
+            tokenizer,
+            vocab_size=vocab_size,
+            max_length=max_length,
+            eos_token_id=eos_token_id,
+            max_states=max_states,
+        )
+
+    @classmethod
+    def from_json_schema(
+        cls,
+        schema: Any,
+        tokenizer: Any,
+        whitespace: str | None = None,
+        vocab_size: int | None = None,
+        *,
+        max_length: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        max_states: int | None = None,
+    ) -> Grammar:
+        """Compile a JSON schema (a dict, a JSON string, or a Pydantic model class).
+
+        Args:
+            schema: The schema. Keywords that the regex compiler would silently ignore
+                (``minimum``, ``uniqueItems``, ``patternProperties``, ...) are refused.
+            tokenizer: A Hugging Face fast tokenizer.
+            whitespace: Regex for the whitespace allowed between JSON tokens; ``None`` is
+                outlines-core's default ``[ ]?``, ``""`` gives compact JSON.
+            vocab_size: Mask length; defaults to ``len(tokenizer)``.
+            max_length, eos_token_id, max_states: As in :meth:`from_regex`.
+
+        Raises:
+            UnsupportedSchemaError: invalid JSON, or a keyword that would not be enforced.
+            EmptyLanguageError, GrammarTooLargeError, TokenizerError: as in :meth:`from_regex`.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tokenizer = load_default_tokenizer()
+            >>> schema = {"type": "object", "properties": {"ok": {"type": "boolean"}},
+            ...           "required": ["ok"]}
+            >>> g = Grammar.from_json_schema(schema, tokenizer, whitespace="")
+            >>> g.is_accepting(g.walk(tokenizer.encode('{"ok":true}')))
+            True
+        """
+        from hf_fvo.grammar.compile import compile_grammar
+        from hf_fvo.grammar.sources import json_schema_source
+
+        return compile_grammar(
+            json_schema_source(schema, whitespace),
+            tokenizer,
+            vocab_size=vocab_size,
+            max_length=max_length,
+            eos_token_id=eos_token_id,
+            max_states=max_states,
+        )
+
+    @classmethod
+    def from_choices(
+        cls,
+        choices: Iterable[str],
+        tokenizer: Any,
+        vocab_size: int | None = None,
+        *,
+        eos_token_id: int | Sequence[int] | None = None,
+    ) -> Grammar:
+        """Compile a finite language: the text must equal one of ``choices``.
+
+        Raises:
+            EmptyLanguageError: ``choices`` is empty (or no choice can be spelled).
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_choices(["ok", "error"], load_default_tokenizer())
+            >>> g.token_trie().num_sequences >= 2
+            True
+        """
+        from hf_fvo.grammar.compile import compile_grammar
+        from hf_fvo.grammar.sources import choices_source
+
+        return compile_grammar(
+            choices_source(choices), tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id
+        )
+
+    @classmethod
+    def dyck(
+        cls,
+        depth: int,
+        max_length: int,
+        tokenizer: Any,
+        brackets: str = "()",
+        vocab_size: int | None = None,
+        *,
+        eos_token_id: int | Sequence[int] | None = None,
+    ) -> Grammar:
+        """Bounded Dyck D_{d,L}: balanced brackets, nesting depth ≤ d, at most L characters.
+
+        The empty string is a member (D_{3,16} has 988 members with one bracket pair).
+
+        Args:
+            depth: Maximum nesting depth d ≥ 0.
+            max_length: Maximum number of characters L ≥ 0.
+            brackets: Opening/closing pairs, e.g. ``"()"`` or ``"()[]"``.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tokenizer = load_default_tokenizer()
+            >>> g = Grammar.dyck(3, 16, tokenizer)
+            >>> g.is_accepting(g.walk(tokenizer.encode("(()())")))
+            True
+        """
+        from hf_fvo.grammar.compile import compile_grammar
+        from hf_fvo.grammar.sources import dyck_source
+
+        return compile_grammar(
+            dyck_source(depth, brackets),
+            tokenizer,
+            vocab_size=vocab_size,
+            max_length=_check_count("max_length", max_length),
+            eos_token_id=eos_token_id,
+        )
+
+    # -- queries ----------------------------------------------------------------------------
+
+    @property
+    def num_states(self) -> int:
+        """Number of states, the terminal state included."""
+        return len(self._accepting)
+
+    @property
+    def vocab_size(self) -> int:
+        """Length of every mask returned by :meth:`allowed`."""
+        return self._vocab_size
+
+    @property
+    def eos_token_id(self) -> int:
+        """The (first) end-of-sequence token id."""
+        return self._eos[0]
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """All end-of-sequence token ids."""
+        return self._eos
+
+    @property
+    def terminal_state(self) -> int:
+        """The absorbing state after EOS; only EOS is allowed there."""
+        return self.num_states - 1
+
+    @property
+    def source(self) -> str:
+        """A short description of what was compiled."""
+        return self._source
+
+    @property
+    def reserved_character(self) -> str | None:
+        """A Unicode noncharacter the text never contains (the compiler's internal sentinel)."""
+        return self._reserved
+
+    @property
+    def is_finite(self) -> bool:
+        """Whether the language has finitely many token sequences (no cycle among states)."""
+        return self._finite
+
+    @property
+    def num_transitions(self) -> int:
+        """Number of (state, non-EOS token) pairs allowed."""
+        return len(self._tokens)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the automaton's tables, in bytes."""
+        return sum(
+            t.nbytes
+            for t in (
+                self._state_ptr,
+                self._tokens,
+                self._group_ptr,
+                self._group_dst,
+                self._group_start,
+                self._accepting,
+                self._lookup_tok,
+                self._lookup_dst,
+                self._distance,
+            )
+        )
+
+    def is_accepting(self, state: int) -> bool:
+        """True where the text so far is a complete member of the language."""
+        return bool(self._accepting_np[self._check_state(state)])
+
+    def allowed(self, state: int) -> torch.Tensor:
+        """The admissible set A_t as a ``torch.bool`` mask of length :attr:`vocab_size`.
+
+        EOS is ``True`` exactly at accepting states.
+        """
+        s = self._check_state(state)
+        mask = torch.zeros(self._vocab_size, dtype=torch.bool)
+        a, b = self._state_ptr_np[s], self._state_ptr_np[s + 1]
+        if b > a:
+            mask[self._tokens[a:b]] = True
+        if self._accepting_np[s]:
+            mask[list(self._eos)] = True
+        return mask
+
+    def allowed_token_ids(self, state: int) -> torch.Tensor:
+        """Allowed non-EOS token ids at ``state`` (int32, grouped by next state)."""
+        s = self._check_state(state)
+        return self._tokens[self._state_ptr_np[s] : self._state_ptr_np[s + 1]]
+
+    def transitions(self, state: int) -> TransitionGroups:
+        """The CSR view ``{next_state: token ids}`` of the transitions out of ``state``."""
+        s = self._check_state(state)
+        g0, g1 = self._group_ptr_np[s], self._group_ptr_np[s + 1]
+        starts = self._group_start[g0 : g1 + 1]
+        return TransitionGroups(
+            next_states=self._group_dst[g0:g1],
+            offsets=starts - starts[0],
+            token_ids=self._tokens[self._state_ptr_np[s] : self._state_ptr_np[s + 1]],
+        )
+
+    def next_state(self, state: int, token: int) -> int | None:
+        """The state after ``token``, or ``None`` when the token is not allowed at ``state``."""
+        s = self._check_state(state)
+        token = int(token)
+        if token in self._eos:
+            return self.terminal_state if self._accepting_np[s] else None
+        a, b = self._state_ptr_np[s], self._state_ptr_np[s + 1]
+        row = self._lookup_tok_np[a:b]
+        i = int(np.searchsorted(row, token))
+        if i < len(row) and row[i] == token:
+            return int(self._lookup_dst_np[a + i])
+        return None
+
+    def walk(self, token_ids: Iterable[int], state: int | None = None) -> int | None:
+        """The state after consuming ``token_ids`` from ``state`` (default: initial), or None."""
+        s: int | None = self.initial_state if state is None else self._check_state(state)
+        for t in token_ids:
+            s = self.next_state(s, t)
+            if s is None:
+                return None
+        return s
+
+    def min_tokens_to_accept(self, state: int) -> int:
+        """Fewest tokens (EOS not counted) that take ``state`` to an accepting state."""
+        return int(self._distance[self._check_state(state)])
+
+    def can_accept_within(self, state: int, n: int) -> bool:
+        """Whether an accepting state is reachable from ``state`` within ``n`` more tokens.
+
+        EOS is not counted. A caller that also needs room for EOS (HF ``max_new_tokens``
+        counts it) asks ``can_accept_within(state, remaining - 1)``.
+        """
+        return self.min_tokens_to_accept(state) <= n
+
+    def token_trie(
+        self,
+        max_new_tokens: int | None = None,
+        *,
+        state: int | None = None,
+        max_nodes: int = 1_000_000,
+    ) -> TokenTrie:
+        """Enumerate every token sequence from ``state`` to EOS as a trie (see :class:`TokenTrie`).
+
+        Args:
+            max_new_tokens: Keep sequences of at most this many tokens, EOS included.
+                Required when the language is infinite.
+            state: Start state (default: initial).
+            max_nodes: Size guard; larger tries raise instead of being built.
+
+        Raises:
+            InfiniteLanguageError: the language is infinite and no ``max_new_tokens`` is given.
+            EmptyLanguageError: no sequence fits in ``max_new_tokens``.
+            GrammarTooLargeError: the trie would have more than ``max_nodes`` nodes.
+        """
+        from hf_fvo.grammar.trie import build_token_trie
+
+        start = self.initial_state if state is None else self._check_state(state)
+        return build_token_trie(self, start, max_new_tokens, max_nodes)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _check_state(self, state: int) -> int:
+        s = int(state)
+        if not 0 <= s < len(self._accepting_np):
+            raise GrammarError(f"state {state} is not a state of this automaton")
+        return s
+
+    def _init_views(self) -> None:
+        self._state_ptr_np = self._state_ptr.numpy()
+        self._group_ptr_np = self._group_ptr.numpy()
+        self._accepting_np = self._accepting.numpy()
+        self._lookup_tok_np = self._lookup_tok.numpy()
+        self._lookup_dst_np = self._lookup_dst.numpy()
+
+    def _check_invariants(self) -> None:
+        vocab = self._vocab_size
+        if len(self._tokens) and int(self._tokens.max()) >= vocab:
+            raise GrammarError("a transition token id exceeds vocab_size")
+        if any(not 0 <= e < vocab for e in self._eos):
+            raise GrammarError(f"eos_token_id {self._eos} outside vocab_size {vocab}")
+        if not bool(self._accepting[-1]):
+            raise GrammarError("internal: the terminal state must be accepting")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if not k.endswith("_np")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_views()
+
+    def __repr__(self) -> str:
+        return (
+            f"Grammar({self._source}, states={self.num_states}, "
+            f"transitions={self.num_transitions}, vocab_size={self._vocab_size})"
+        )
+
+
+def _check_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise GrammarError(f"{name} must be a non-negative int, got {value!r}")
+    return int(value)
+
+
+def _distances_and_finiteness(
+    n: int, group_ptr: np.ndarray, group_dst: np.ndarray, accepting: np.ndarray
+) -> tuple[torch.Tensor, bool]:
+    """Token distance to acceptance (reverse BFS) and whether the state graph is acyclic."""
+    preds: list[list[int]] = [[] for _ in range(n)]
+    outdeg = np.zeros(n, dtype=np.int64)
+    for s in range(n):
+        dsts = group_dst[group_ptr[s] : group_ptr[s + 1]]
+        outdeg[s] = len(dsts)
+        for d in dsts:
+            preds[int(d)].append(s)
+    dist = np.full(n, -1, dtype=np.int64)
+    queue = deque(int(s) for s in np.flatnonzero(accepting))
+    dist[list(queue)] = 0
+    while queue:
+        d = queue.popleft()
+        for p in preds[d]:
+            if dist[p] < 0:
+                dist[p] = dist[d] + 1
+                queue.append(p)
+    if (dist < 0).any():
+        raise GrammarError("internal: a state cannot reach acceptance after trimming")
+    # Kahn's algorithm on the reversed graph: acyclic iff every state gets peeled.
+    remaining = outdeg.copy()
+    queue = deque(int(s) for s in np.flatnonzero(remaining == 0))
+    peeled = 0
+    while queue:
+        d = queue.popleft()
+        peeled += 1
+        for p in preds[d]:
+            remaining[p] -= 1
+            if remaining[p] == 0:
+                queue.append(p)
+    return torch.from_numpy(dist.astype(np.int32)), peeled == n

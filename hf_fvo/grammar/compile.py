@@ -1,0 +1,470 @@
+"""Compile a grammar source into a :class:`Grammar` through outlines-core, exactly.
+
+outlines-core 0.2.14 omits token t at state s when a proper prefix of t's bytes (the empty one
+included) completes the regex while all of t leads to a live non-accepting state (fixed upstream,
+not released). The workaround compiles ``(?:R)σ`` for a sentinel character σ, adds one fake token
+spelling σ, and calls s accepting iff the fake token takes s to a final state: for any text w,
+``wσ ∈ Rσ ⇔ w ∈ R``. A final state of ``Rσ`` is only ever passed through by a text containing σ,
+so on σ-free texts the index is complete. σ is a Unicode noncharacter (reserved for internal use)
+that no token contains, and the language is restricted to σ-free texts by a product with a KMP
+automaton over σ's bytes (σ could otherwise be spelled by byte tokens, e.g. inside ``[^a]+``).
+Dead states are then trimmed so every state can still accept.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from hf_fvo.grammar.automaton import Grammar
+from hf_fvo.grammar.errors import (
+    EmptyLanguageError,
+    GrammarError,
+    GrammarTooLargeError,
+    InvalidRegexError,
+)
+from hf_fvo.grammar.sources import GrammarSource
+from hf_fvo.grammar.vocabulary import TokenVocabulary
+
+__all__ = ["DEFAULT_MAX_STATES", "clear_cache", "compile_grammar"]
+
+DEFAULT_MAX_STATES = 20_000
+PROBE_TIMEOUT_S = 30.0  # the byte-level probe of a sane grammar takes milliseconds
+COMPILE_TIMEOUT_S = 300.0
+_CACHE_SIZE = 64
+_UNICODE_CLASS = re.compile(r"\\[pP](?:\{[^}]*\}|[A-Za-z])")
+
+_CACHE: OrderedDict[tuple[Any, ...], Grammar] = OrderedDict()
+_VOCAB_ARTIFACTS: OrderedDict[str, tuple[str, Any, np.ndarray, np.ndarray]] = OrderedDict()
+_LOCK = threading.RLock()
+T = TypeVar("T")
+
+
+def clear_cache() -> None:
+    """Forget every compiled grammar (the next ``Grammar.from_…`` call recompiles)."""
+    with _LOCK:
+        _CACHE.clear()
+        _VOCAB_ARTIFACTS.clear()
+
+
+def compile_grammar(
+    source: GrammarSource,
+    tokenizer: Any,
+    *,
+    vocab_size: int | None = None,
+    max_length: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    max_states: int | None = None,
+) -> Grammar:
+    """Compile ``source`` for ``tokenizer``; cached by (source, tokenizer bytes, options)."""
+    vocab = (
+        tokenizer
+        if isinstance(tokenizer, TokenVocabulary)
+        else TokenVocabulary.from_tokenizer(tokenizer, eos_token_id)
+    )
+    size = _resolve_vocab_size(vocab, vocab_size)
+    if max_length is not None and (
+        isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0
+    ):
+        raise GrammarError(f"max_length must be a non-negative int, got {max_length!r}")
+    limit = DEFAULT_MAX_STATES if max_states is None else int(max_states)
+    key = (source.kind, source.regex, vocab.fingerprint, size, max_length)
+    with _LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    grammar = _compile(source, vocab, size, max_length, limit)
+    with _LOCK:
+        _CACHE[key] = grammar
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return grammar
+
+
+def _resolve_vocab_size(vocab: TokenVocabulary, vocab_size: int | None) -> int:
+    if vocab_size is None:
+        return len(vocab)
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
+        raise GrammarError(f"vocab_size must be a positive int, got {vocab_size!r}")
+    if vocab_size < len(vocab):
+        cut = [i for i in range(vocab_size, len(vocab)) if vocab.token_bytes[i] is not None]
+        if cut or any(e >= vocab_size for e in vocab.eos_token_ids):
+            raise GrammarError(
+                f"vocab_size={vocab_size} is smaller than the tokenizer's {len(vocab)} ids "
+                "and would cut off usable tokens; pass model.config.vocab_size"
+            )
+    return vocab_size
+
+
+def _compile(
+    source: GrammarSource,
+    vocab: TokenVocabulary,
+    vocab_size: int,
+    max_length: int | None,
+    limit: int,
+) -> Grammar:
+    from outlines_core import Index, Vocabulary
+
+    sigma, outlines_vocab, avoid, lengths = _vocabulary_artifacts(vocab)
+    wrapped = f"(?:{source.regex}){sigma}"
+    fake_id = len(vocab)
+    _check_repetition_size(source, limit)
+    byte_vocab = Vocabulary(256, {bytes([b]): [b] for b in range(256)})
+    # The byte-level automaton is cheap to build and bounds the token automaton's size, so a
+    # blow-up (`a{100000}`, `(a|b)*a(a|b){20}`) is refused before the expensive build.
+    probe = _outlines(lambda: Index(wrapped, byte_vocab), source, "probe", PROBE_TIMEOUT_S)
+    n_byte_states = len(probe.get_transitions())
+    if n_byte_states > limit:
+        raise GrammarTooLargeError(
+            f"{source.description} needs {n_byte_states} automaton states (limit {limit}); "
+            "simplify the grammar or raise max_states"
+        )
+    index = _outlines(lambda: Index(wrapped, outlines_vocab), source, "index", COMPILE_TIMEOUT_S)
+    edges, init, accepting = _edges_from_index(index, fake_id, vocab.eos_token_ids)
+    # On texts free of σ the wrapped index is complete (no final state is ever passed through),
+    # so the language is restricted to them: σ is a noncharacter, never legitimate output.
+    edges, init, accepting = _product(
+        edges, init, accepting, lambda p, toks: avoid[p, toks], limit, "excluding the sentinel"
+    )
+    description = source.description
+    if max_length is not None:
+
+        def count(used: int, toks: np.ndarray) -> np.ndarray:
+            total = used + lengths[toks]
+            return np.where(total <= max_length, total, -1)
+
+        edges, init, accepting = _product(
+            edges, init, accepting, count, limit, f"bounding the length to {max_length}"
+        )
+        description += f" max_length={max_length}"
+    return _assemble(edges, init, accepting, vocab, vocab_size, description, max_length, sigma)
+
+
+def _check_repetition_size(source: GrammarSource, limit: int) -> None:
+    """Refuse counted repetitions whose unrolled size alone exceeds the state limit.
+
+    Determinising ``a{100000}`` takes minutes even on a byte vocabulary, so the count is read
+    from Python's parse of the pattern first (Unicode classes ``\\p{..}``, which Python lacks,
+    count as one character). Patterns Python still cannot parse skip this check.
+    """
+    pattern = _UNICODE_CLASS.sub("x", source.regex)
+    try:
+        tree = re._parser.parse(pattern)  # type: ignore[attr-defined]
+    except (re.error, RecursionError, AttributeError, ValueError):
+        return
+    size = _unrolled_size(tree)
+    if size > limit:
+        raise GrammarTooLargeError(
+            f"{source.description} unrolls to about {size} automaton states (limit {limit}); "
+            "simplify the grammar or raise max_states"
+        )
+
+
+def _unrolled_size(tree: Any) -> int:
+    total = 0
+    for op, arg in tree:
+        name = str(op)
+        if name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            low, high, sub = arg
+            count = low + 1 if high == re._constants.MAXREPEAT else high  # type: ignore[attr-defined]
+            total += max(count, 1) * _unrolled_size(sub)
+        elif name == "SUBPATTERN":
+            total += _unrolled_size(arg[-1])
+        elif name == "BRANCH":
+            total += sum(_unrolled_size(b) for b in arg[1])
+        elif name in ("ASSERT", "ASSERT_NOT", "ATOMIC_GROUP"):
+            total += _unrolled_size(arg[-1])
+        else:
+            total += 1
+    return total
+
+
+def _outlines(build: Callable[[], T], source: GrammarSource, stage: str, timeout: float) -> T:
+    """Run an outlines-core build off the main thread (it releases the GIL), with a timeout."""
+    result: list[Any] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(build())
+        except BaseException as exc:  # pyo3 PanicException derives from BaseException
+            error.append(exc)
+
+    worker = threading.Thread(target=target, daemon=True, name="hf_fvo-compile")
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise GrammarTooLargeError(
+            f"compiling {source.description} took longer than {timeout:.0f}s; simplify it "
+            "(the background build is abandoned)"
+        )
+    if error:
+        raise _translate(error[0], source, stage) from error[0]
+    return result[0]
+
+
+def _translate(exc: BaseException, source: GrammarSource, stage: str) -> GrammarError:
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if "incompatible with the regex" in message:
+        if stage == "probe":
+            return EmptyLanguageError(f"{source.description} matches no string")
+        return EmptyLanguageError(
+            f"the tokenizer cannot spell some text that {source.description} requires "
+            f"(outlines-core: {message[:160]})"
+        )
+    if "anchored universal start state" in message:
+        return InvalidRegexError(
+            f"{source.description}: anchors (^, $, \\A, \\z) are not supported; the whole "
+            "text is always matched"
+        )
+    hint = ""
+    if source.kind == "regex":
+        try:
+            re.compile(source.regex)
+        except re.error as py_exc:  # Python's parser names the position of a syntax error
+            hint = f" (Python's parser: {py_exc})"
+    return InvalidRegexError(
+        f"{source.description} cannot be compiled by outlines-core: {message}{hint}"
+    )
+
+
+def _sentinel(vocab: TokenVocabulary) -> str:
+    """A character no token contains: a Unicode noncharacter (reserved for internal use)."""
+    candidates = [*range(0xFDD0, 0xFDF0), 0xFFFE, 0xFFFF, *range(0xE000, 0xF900)]
+    for cp in candidates:
+        enc = chr(cp).encode()
+        if not any(b and enc in b for b in vocab.token_bytes):
+            return chr(cp)
+    raise GrammarError("every candidate sentinel character occurs in some token; cannot compile")
+
+
+def _avoidance_steps(vocab: TokenVocabulary, sigma: str) -> np.ndarray:
+    """KMP automaton that forbids σ's bytes in the text: ``steps[p, t]`` is the matched-prefix
+    length of σ after token t from progress p, or -1 where t would complete σ."""
+    pattern = sigma.encode()
+    k = len(pattern)
+    fail = [0] * k
+    for i in range(1, k):
+        j = fail[i - 1]
+        while j and pattern[i] != pattern[j]:
+            j = fail[j - 1]
+        fail[i] = j + 1 if pattern[i] == pattern[j] else 0
+    steps = np.zeros((k, len(vocab) + 1), dtype=np.int64)
+    touching = set(pattern)
+    for t, b in enumerate(vocab.token_bytes):
+        if not b:
+            continue
+        fast = not touching.intersection(b)
+        for p in range(k):
+            if fast:
+                continue  # no byte of σ: progress resets to 0
+            q = p
+            for x in b:
+                while q and x != pattern[q]:
+                    q = fail[q - 1]
+                if x == pattern[q]:
+                    q += 1
+                if q == k:
+                    q = -1
+                    break
+            steps[p, t] = q
+    return steps
+
+
+def _vocabulary_artifacts(vocab: TokenVocabulary) -> tuple[str, Any, np.ndarray, np.ndarray]:
+    """Per tokenizer, once: sentinel, outlines-core Vocabulary, σ-avoidance steps, char lengths."""
+    from outlines_core import Vocabulary
+
+    with _LOCK:
+        if vocab.fingerprint in _VOCAB_ARTIFACTS:
+            return _VOCAB_ARTIFACTS[vocab.fingerprint]
+    sigma = _sentinel(vocab)
+    table = vocab.byte_map()
+    table[sigma.encode()] = [len(vocab)]  # the fake token
+    built = (
+        sigma,
+        Vocabulary(vocab.eos_token_ids[0], table),
+        _avoidance_steps(vocab, sigma),
+        _char_lengths(vocab),
+    )
+    with _LOCK:
+        _VOCAB_ARTIFACTS[vocab.fingerprint] = built
+        while len(_VOCAB_ARTIFACTS) > 4:
+            _VOCAB_ARTIFACTS.popitem(last=False)
+    return built
+
+
+Edges = dict[int, tuple[np.ndarray, np.ndarray]]
+
+
+def _edges_from_index(
+    index: Any, fake_id: int, eos_ids: Sequence[int]
+) -> tuple[Edges, int, set[int]]:
+    transitions = index.get_transitions()
+    finals = set(index.get_final_states())
+    skip = np.array(sorted({fake_id, *eos_ids}), dtype=np.int64)
+    edges: Edges = {}
+    accepting: set[int] = set()
+    for s, row in transitions.items():
+        if row.get(fake_id) in finals:
+            accepting.add(s)
+        toks = np.fromiter(row.keys(), dtype=np.int64, count=len(row))
+        dsts = np.fromiter(row.values(), dtype=np.int64, count=len(row))
+        keep = ~np.isin(toks, skip)
+        edges[s] = (toks[keep], dsts[keep])
+    return edges, index.get_initial_state(), accepting
+
+
+def _char_lengths(vocab: TokenVocabulary) -> np.ndarray:
+    """Characters each token adds: its bytes that are not UTF-8 continuation bytes."""
+    out = np.zeros(len(vocab) + 1, dtype=np.int64)
+    for i, b in enumerate(vocab.token_bytes):
+        if b:
+            out[i] = sum(1 for x in b if x & 0xC0 != 0x80)
+    return out
+
+
+def _product(
+    edges: Edges,
+    init: int,
+    accepting: set[int],
+    step: Callable[[int, np.ndarray], np.ndarray],
+    limit: int,
+    what: str,
+) -> tuple[Edges, int, set[int]]:
+    """Product with a token-driven counter: state (s, aux) starts at aux 0 and moves to
+    ``step(aux, tokens)``; a negative result drops the transition."""
+    ids: dict[tuple[int, int], int] = {(init, 0): 0}
+    queue = deque([(init, 0)])
+    out: Edges = {}
+    out_accepting: set[int] = set()
+    while queue:
+        s, aux = queue.popleft()
+        here = ids[(s, aux)]
+        if s in accepting:
+            out_accepting.add(here)
+        toks, dsts = edges.get(s, (np.empty(0, np.int64), np.empty(0, np.int64)))
+        new_aux = step(aux, toks)
+        ok = new_aux >= 0
+        toks, dsts, new_aux = toks[ok], dsts[ok], new_aux[ok]
+        pairs = np.stack([dsts, new_aux], axis=1)
+        uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        mapped = np.empty(len(uniq), dtype=np.int64)
+        for k, (d, a) in enumerate(uniq.tolist()):
+            if (d, a) not in ids:
+                ids[(d, a)] = len(ids)
+                queue.append((d, a))
+                if len(ids) > limit:
+                    raise GrammarTooLargeError(f"{what} needs more than {limit} states")
+            mapped[k] = ids[(d, a)]
+        out[here] = (toks, mapped[inverse.reshape(-1)])
+    return out, 0, out_accepting
+
+
+def _assemble(
+    edges: Edges,
+    init: int,
+    accepting: set[int],
+    vocab: TokenVocabulary,
+    vocab_size: int,
+    description: str,
+    max_length: int | None,
+    sigma: str,
+) -> Grammar:
+    keep = _live_reachable(edges, init, accepting)
+    if init not in keep:
+        bound = f" within max_length={max_length}" if max_length is not None else ""
+        raise EmptyLanguageError(
+            f"{description}: no token sequence of this tokenizer spells a member{bound}"
+        )
+    order = _bfs_order(edges, init, keep)
+    max_old = max(max(edges, default=0), max(order))
+    for _, dsts in edges.values():
+        if len(dsts):
+            max_old = max(max_old, int(dsts.max()))
+    remap = np.full(max_old + 1, -1, dtype=np.int64)
+    remap[order] = np.arange(len(order))
+    n = len(order) + 1  # + terminal state (after EOS)
+    state_ptr = np.zeros(n + 1, dtype=np.int64)
+    group_ptr = np.zeros(n + 1, dtype=np.int64)
+    token_parts, dst_parts, starts = [], [], []
+    total = 0
+    for i, old in enumerate(order):
+        toks, dsts = edges.get(old, (np.empty(0, np.int64), np.empty(0, np.int64)))
+        dsts = remap[dsts]
+        ok = dsts >= 0  # drop transitions into trimmed (dead) states
+        toks, dsts = toks[ok], dsts[ok]
+        by = np.lexsort((toks, dsts))
+        toks, dsts = toks[by], dsts[by]
+        uniq, first = np.unique(dsts, return_index=True)
+        token_parts.append(toks)
+        dst_parts.append(uniq)
+        starts.extend((total + first).tolist())
+        total += len(toks)
+        state_ptr[i + 1] = total
+        group_ptr[i + 1] = group_ptr[i] + len(uniq)
+    state_ptr[n] = total
+    group_ptr[n] = group_ptr[n - 1]
+    accepting_arr = np.zeros(n, dtype=bool)
+    acc = [s for s in accepting if s in keep]
+    accepting_arr[remap[acc]] = True
+    accepting_arr[n - 1] = True
+    empty = np.empty(0, np.int64)
+    return Grammar(
+        state_ptr=state_ptr,
+        tokens=np.concatenate(token_parts) if token_parts else empty,
+        group_ptr=group_ptr,
+        group_dst=np.concatenate(dst_parts) if dst_parts else empty,
+        group_start=np.asarray([*starts, total], dtype=np.int64),
+        accepting=accepting_arr,
+        vocab_size=vocab_size,
+        eos_token_ids=vocab.eos_token_ids,
+        source=description,
+        reserved_character=sigma,
+    )
+
+
+def _live_reachable(edges: Edges, init: int, accepting: set[int]) -> set[int]:
+    succ = {s: set(np.unique(d).tolist()) for s, (_, d) in edges.items()}
+    reach = {init}
+    queue = deque([init])
+    while queue:
+        for d in succ.get(queue.popleft(), ()):
+            if d not in reach:
+                reach.add(d)
+                queue.append(d)
+    preds: dict[int, list[int]] = {}
+    for s in reach:
+        for d in succ.get(s, ()):
+            preds.setdefault(d, []).append(s)
+    live = {s for s in accepting if s in reach}
+    queue = deque(live)
+    while queue:
+        for p in preds.get(queue.popleft(), ()):
+            if p not in live:
+                live.add(p)
+                queue.append(p)
+    return live
+
+
+def _bfs_order(edges: Edges, init: int, keep: set[int]) -> list[int]:
+    """Deterministic numbering: BFS, successors ordered by the smallest token leading there."""
+    order = [init]
+    seen = {init}
+    i = 0
+    while i < len(order):
+        toks, dsts = edges.get(order[i], (np.empty(0, np.int64), np.empty(0, np.int64)))
+        i += 1
+        if not len(toks):
+            continue
+        by = np.argsort(toks, kind="stable")
+        for d in dict.fromkeys(dsts[by].tolist()):
+            if d in keep and d not in seen:
+                seen.add(d)
+                order.append(d)
+    return order
