@@ -50,7 +50,7 @@ class GrammarLogitsProcessor(LogitsProcessor):
         >>> proc = GrammarLogitsProcessor(g, prompt_length=1)
         >>> scores = proc(torch.tensor([[1]]), torch.zeros(1, g.vocab_size))
         >>> sorted(tokenizer.decode([i]) for i in torch.isfinite(scores[0]).nonzero().flatten())
-        ['n', 'no', 'y', 'yes']
+        ['n', 'no', 'y', 'ye', 'yes']
     """
 
     def __init__(

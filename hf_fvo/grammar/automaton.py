@@ -137,8 +137,8 @@ class Grammar:
             >>> from hf_fvo import Grammar
             >>> from hf_fvo.models import load_default_tokenizer
             >>> g = Grammar.from_regex(r"[0-9]{4}", load_default_tokenizer())
-            >>> g.is_finite, g.min_tokens_to_accept(g.initial_state)
-            (True, 2)
+            >>> g.is_finite, g.min_tokens_to_accept(g.initial_state)  # SmolLM2 splits digits
+            (True, 4)
         """
         from hf_fvo.grammar.compile import compile_grammar
         from hf_fvo.grammar.sources import regex_source

@@ -33,8 +33,10 @@ class TokenTrie:
         >>> from hf_fvo.models import load_default_tokenizer
         >>> tokenizer = load_default_tokenizer()
         >>> trie = Grammar.from_choices(["yes", "no"], tokenizer).token_trie()
-        >>> sorted(tokenizer.decode(s[:-1]) for s in trie.sequences())[:3]
-        ['n', 'no', 'y']
+        >>> trie.num_sequences  # every segmentation of "yes" and "no" into tokens
+        6
+        >>> [tokenizer.convert_ids_to_tokens(list(s[:-1])) for s in trie.sequences()][:3]
+        [['no'], ['yes'], ['n', 'o']]
     """
 
     parent: torch.Tensor  # int64 (N,), -1 at the root

@@ -1,0 +1,105 @@
+"""GrammarLogitsProcessor: a pure function of input_ids that keeps generation in the grammar."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessorList
+
+from hf_fvo import Grammar, OutOfGrammarError
+from hf_fvo.generation import GrammarLogitsProcessor
+
+CHOICES = ["ok", "error", "not found"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(smol_tokenizer):
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(smol_tokenizer) + 32,  # wider than the tokenizer, like many real models
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        eos_token_id=smol_tokenizer.eos_token_id,
+        pad_token_id=smol_tokenizer.eos_token_id,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def _generate(model, grammar, prompt, **kwargs):
+    proc = GrammarLogitsProcessor(grammar, prompt_length=prompt.shape[1])
+    out = model.generate(
+        prompt, logits_processor=LogitsProcessorList([proc]), max_new_tokens=12, **kwargs
+    )
+    return out[:, prompt.shape[1] :]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"do_sample": False},
+        {"do_sample": True, "temperature": 1.3, "top_k": 50},
+        {"num_beams": 3, "do_sample": False},
+    ],
+    ids=["greedy", "sampling", "beam_search"],
+)
+def test_generation_lands_in_the_language(tiny_model, smol_tokenizer, kwargs):
+    g = Grammar.from_choices(CHOICES, smol_tokenizer, vocab_size=tiny_model.config.vocab_size)
+    torch.manual_seed(1)
+    prompt = torch.tensor([[1, 100, 200, 300]])
+    for _ in range(5):
+        generated = _generate(tiny_model, g, prompt, **kwargs)[0].tolist()
+        assert g.walk(generated) == g.terminal_state  # ends with EOS (then only EOS/pad)
+        text = smol_tokenizer.decode(generated, skip_special_tokens=True)
+        assert text in CHOICES
+
+
+def test_processor_is_a_pure_function_of_the_prefix(smol_tokenizer):
+    g = Grammar.from_choices(CHOICES, smol_tokenizer)
+    proc = GrammarLogitsProcessor(g, prompt_length=1)
+    ok = smol_tokenizer.encode("ok")
+    prefixes = [[], ok[:1], ok, [*ok, g.eos_token_id], [*ok, g.eos_token_id, g.eos_token_id]]
+    scores = torch.zeros(1, g.vocab_size)
+    first = [proc(torch.tensor([[1, *p]]), scores.clone()) for p in prefixes]
+    again = [proc(torch.tensor([[1, *p]]), scores.clone()) for p in reversed(prefixes)]
+    for a, b, p in zip(first, reversed(again), prefixes, strict=True):
+        assert torch.equal(a, b)
+        state = g.walk(p) if p else g.initial_state
+        assert torch.equal(torch.isfinite(a[0]), g.allowed(state))
+    # after EOS only EOS remains legal, so a finished row never gets an all -inf row
+    assert torch.isfinite(first[-1][0]).sum() == 1
+
+
+def test_batch_rows_are_constrained_independently(smol_tokenizer):
+    g = Grammar.from_choices(CHOICES, smol_tokenizer)
+    proc = GrammarLogitsProcessor(g, prompt_length=1)
+    e = smol_tokenizer.encode("error")[:1]
+    n = smol_tokenizer.encode("not found")[:1]
+    out = proc(torch.tensor([[1, e[0]], [1, n[0]]]), torch.zeros(2, g.vocab_size + 5))
+    assert torch.equal(torch.isfinite(out[0, : g.vocab_size]), g.allowed(g.walk(e)))
+    assert torch.equal(torch.isfinite(out[1, : g.vocab_size]), g.allowed(g.walk(n)))
+    assert not torch.isfinite(out[:, g.vocab_size :]).any()
+
+
+def test_prefix_outside_the_grammar_is_a_typed_error(smol_tokenizer):
+    g = Grammar.from_choices(CHOICES, smol_tokenizer)
+    proc = GrammarLogitsProcessor(g, prompt_length=1)
+    bad = smol_tokenizer.encode("zzz")
+    with pytest.raises(OutOfGrammarError, match="position 0"):
+        proc(torch.tensor([[1, *bad]]), torch.zeros(1, g.vocab_size))
+
+
+def test_scores_narrower_than_the_grammar_are_refused(smol_tokenizer):
+    g = Grammar.from_choices(CHOICES, smol_tokenizer)
+    with pytest.raises(OutOfGrammarError, match="columns"):
+        GrammarLogitsProcessor(g, prompt_length=1)(torch.tensor([[1]]), torch.zeros(1, 100))
+
+
+def test_constructor_validates_its_arguments(smol_tokenizer):
+    with pytest.raises(TypeError, match="Grammar"):
+        GrammarLogitsProcessor("not a grammar")
+    g = Grammar.from_choices(CHOICES, smol_tokenizer)
+    with pytest.raises(ValueError, match="prompt_length"):
+        GrammarLogitsProcessor(g, prompt_length=-1)

@@ -1,0 +1,39 @@
+"""The ``hf-fvo`` command: the demo runs on the embedded model; bad input gets one line."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from hf_fvo.cli import main
+
+
+def test_demo_generates_a_member_of_the_schema_language(capsys):
+    assert main(["demo", "--max-new-tokens", "48"]) == 0
+    out = capsys.readouterr().out
+    masked = next(line for line in out.splitlines() if line.startswith("grammar-masked"))
+    text = masked.split(": ", 1)[1]
+    assert set(json.loads(ast.literal_eval(text))) == {"name", "age", "mood"}
+    assert "member of the schema language: True" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--model", "/no/such/folder"], "no model folder"),
+        (["demo", "--schema", "/no/such/schema.json"], "schema file not found"),
+    ],
+)
+def test_bad_input_prints_one_line_and_exits_2(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_unsupported_schema_is_refused_before_loading_the_model(tmp_path, capsys):
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "integer", "minimum": 1}))
+    assert main(["demo", "--schema", str(schema)]) == 2
+    assert "'minimum'" in capsys.readouterr().err
