@@ -13,7 +13,9 @@ import pickle
 import platform
 import random
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import outlines_core
 import torch
@@ -21,45 +23,10 @@ import transformers
 
 from hf_fvo import Grammar, TokenVocabulary
 from hf_fvo.grammar import clear_cache
-from hf_fvo.grammar.sources import choices_source, dyck_source, json_schema_source, regex_source
 from hf_fvo.models import load_default_tokenizer
 
-NESTED = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 10},
-        "age": {"type": "integer"},
-        "role": {"enum": ["admin", "user", "guest"]},
-        "tags": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {"k": {"type": "string"}, "v": {"type": "integer"}},
-                "required": ["k", "v"],
-            },
-            "maxItems": 2,
-        },
-    },
-    "required": ["name", "age", "role", "tags"],
-}
-EMAIL = r"[a-z0-9._%+-]+@[a-z0-9.-]+\.[a-z]{2,4}"
-CHOICES = ["ok", "error", "pending", "not found", "a.b*c", "naïve"]
-
-GRAMMARS = {
-    "json nested schema": (
-        lambda t: Grammar.from_json_schema(NESTED, t),
-        json_schema_source(NESTED),
-    ),
-    "Dyck D(3,16)": (lambda t: Grammar.dyck(3, 16, t), dyck_source(3)),
-    "email regex": (lambda t: Grammar.from_regex(EMAIL, t), regex_source(EMAIL)),
-    "(ac\\|[^a])+": (lambda t: Grammar.from_regex(r"(ac|[^a])+", t), regex_source(r"(ac|[^a])+")),
-    "choices (6)": (lambda t: Grammar.from_choices(CHOICES, t), choices_source(CHOICES)),
-}
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.grammar.cases import CASES
 
 
 def _percentile(xs: list[float], q: float) -> float:
@@ -118,7 +85,8 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")  # fmt: skip
     rng = random.Random(0)
-    for name, (build, source) in GRAMMARS.items():
+    for case in CASES:
+        name, build, source = case.name, case.build, case.source
         compile_s = []
         for _ in range(args.repeats):
             clear_cache()

@@ -1,9 +1,11 @@
 """hf_fvo: grammar-constrained generation for Hugging Face Transformers that samples the
 grammar-conditional distribution μ* rather than the locally masked μ_proj.
 
-Layout follows the math: ``grammar`` (admissible sets A_t) → ``generation`` (Transformers side).
+Layout follows the math: ``grammar`` (admissible sets A_t) → ``generation`` (Transformers side);
+``models`` loads the embedded default model.
 """
 
+from hf_fvo.generation import GrammarLogitsProcessor
 from hf_fvo.grammar import (
     EmptyLanguageError,
     Grammar,
@@ -24,6 +26,7 @@ __all__ = [
     "EmptyLanguageError",
     "Grammar",
     "GrammarError",
+    "GrammarLogitsProcessor",
     "GrammarTooLargeError",
     "InfiniteLanguageError",
     "InvalidRegexError",

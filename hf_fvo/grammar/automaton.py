@@ -120,7 +120,7 @@ class Grammar:
 
         Args:
             pattern: The regular expression; the whole generated text must match it.
-            tokenizer: A Hugging Face fast tokenizer.
+            tokenizer: A Hugging Face fast tokenizer (or a :class:`TokenVocabulary`).
             vocab_size: Length of the masks, normally ``model.config.vocab_size`` (which can
                 exceed ``len(tokenizer)``); defaults to ``len(tokenizer)``.
             max_length: Optional bound on the number of characters of the text.
@@ -357,7 +357,19 @@ class Grammar:
         return self._tokens[self._state_ptr_np[s] : self._state_ptr_np[s + 1]]
 
     def transitions(self, state: int) -> TransitionGroups:
-        """The CSR view ``{next_state: token ids}`` of the transitions out of ``state``."""
+        """The CSR view ``{next_state: token ids}`` of the transitions out of ``state``.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tokenizer = load_default_tokenizer()
+            >>> g = Grammar.from_choices(["ab", "ac"], tokenizer)
+            >>> groups = g.transitions(g.initial_state)
+            >>> {int(n): tokenizer.convert_ids_to_tokens(
+            ...     groups.token_ids[groups.offsets[k]:groups.offsets[k + 1]].tolist())
+            ...  for k, n in enumerate(groups.next_states)}
+            {1: ['a'], 2: ['ab', 'ac']}
+        """
         s = self._check_state(state)
         g0, g1 = self._group_ptr_np[s], self._group_ptr_np[s + 1]
         starts = self._group_start[g0 : g1 + 1]

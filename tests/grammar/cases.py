@@ -1,4 +1,7 @@
-"""The grammars every grammar-layer test runs on, with their independent regex oracles."""
+"""The grammars every grammar-layer test runs on, with their independent oracles.
+
+``benchmarks/grammar_compile.py`` measures the same grammars.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_fvo import Grammar
-from hf_fvo.grammar.sources import choices_source, json_schema_source
+from hf_fvo.grammar.sources import (
+    GrammarSource,
+    choices_source,
+    dyck_source,
+    json_schema_source,
+    regex_source,
+)
 from tests.grammar.bruteforce import DyckOracle, Oracle
 
 NESTED_SCHEMA = {
@@ -37,31 +46,34 @@ CHOICES = ["ok", "error", "pending", "not found", "a.b*c", "naïve"]
 class Case:
     name: str
     build: Callable[[Any], Grammar]
+    source: GrammarSource  # the regex outlines-core compiles (Dyck: before the length bound)
     oracle: Callable[[Grammar], Oracle]  # independent of outlines-core
 
 
-def _regex_oracle(pattern: str) -> Callable[[Grammar], Oracle]:
-    return lambda g: Oracle(pattern, forbidden=g.reserved_character)
+def _regex_case(name: str, build: Callable[[Any], Grammar], source: GrammarSource) -> Case:
+    return Case(name, build, source, lambda g: Oracle(source.regex, forbidden=g.reserved_character))
 
 
 CASES = [
-    Case(
+    _regex_case(
         "json_nested",
         lambda tok: Grammar.from_json_schema(NESTED_SCHEMA, tok),
-        _regex_oracle(json_schema_source(NESTED_SCHEMA).regex),
+        json_schema_source(NESTED_SCHEMA),
     ),
-    Case("dyck_3_16", lambda tok: Grammar.dyck(3, 16, tok), lambda g: DyckOracle(3, 16)),
+    Case(
+        "dyck_3_16",
+        lambda tok: Grammar.dyck(3, 16, tok),
+        dyck_source(3),
+        lambda g: DyckOracle(3, 16),
+    ),
     Case(
         "dyck2_2_8",
         lambda tok: Grammar.dyck(2, 8, tok, brackets="()[]"),
+        dyck_source(2, "()[]"),
         lambda g: DyckOracle(2, 8, "()[]"),
     ),
-    Case("email", lambda tok: Grammar.from_regex(EMAIL, tok), _regex_oracle(EMAIL)),
-    Case("ac_bug", lambda tok: Grammar.from_regex(AC_BUG, tok), _regex_oracle(AC_BUG)),
-    Case(
-        "choices",
-        lambda tok: Grammar.from_choices(CHOICES, tok),
-        _regex_oracle(choices_source(CHOICES).regex),
-    ),
+    _regex_case("email", lambda tok: Grammar.from_regex(EMAIL, tok), regex_source(EMAIL)),
+    _regex_case("ac_bug", lambda tok: Grammar.from_regex(AC_BUG, tok), regex_source(AC_BUG)),
+    _regex_case("choices", lambda tok: Grammar.from_choices(CHOICES, tok), choices_source(CHOICES)),
 ]
 CASE_IDS = [c.name for c in CASES]
