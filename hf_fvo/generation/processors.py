@@ -1,4 +1,4 @@
-"""Logits processors that constrain generation to a grammar.
+"""Logits processors that constrain generation to a grammar and reweight it by Φ̂.
 
 A processor here is a pure function of ``input_ids``: the grammar state is recomputed from the
 generated tokens (memoised by prefix), never advanced per call. That is what makes it correct
@@ -9,62 +9,79 @@ are later discarded.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Any
 
 import torch
 from transformers import LogitsProcessor
 
 from hf_fvo.grammar import Grammar, OutOfGrammarError
+from hf_fvo.phi import ESTIMATORS, PhiContext, PhiEstimator, PhiStep
 
-__all__ = ["GrammarLogitsProcessor"]
+__all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor"]
 
 
-class GrammarLogitsProcessor(LogitsProcessor):
-    r"""Masks every token outside the admissible set A_t (scores set to ``-inf``).
+class FVOLogitsProcessor(LogitsProcessor):
+    r"""Reweights the admissible tokens by future validity: scores become log p_t(y) + log Φ̂_t(y).
 
-    This samples the locally projected law μ_proj (Φ ≡ 1). Unlike per-row stateful processors,
-    it may be called on any prefix in any order. After EOS a row stays in the terminal state,
-    where EOS is allowed, whatever padding follows.
+    Sampling from the result draws μ̂_t(y) ∝ p_t(y)·Φ̂_t(y) on A_t, which is the grammar-conditional
+    law μ* when Φ̂ is exact and the masked law μ_proj when Φ̂ ≡ 1 (``phi="uniform"``). Tokens outside
+    A_t, or whose completion cannot fit in ``max_new_tokens``, get ``-inf``. After EOS a row stays
+    in the terminal state, where only EOS is allowed, whatever padding follows.
 
-    Compose it before warpers (temperature, top-k, top-p): Transformers applies processors in
-    list order, and ``generate(logits_processor=[...])`` runs custom processors after its own.
+    Composition: Transformers applies custom processors before its warpers, so temperature,
+    top-k and top-p act on the reweighted scores (at temperature T the row samples
+    ∝ (p·Φ̂)^{1/T}). Exactness claims hold at T = 1 without truncation.
 
     Args:
-        grammar (`Grammar`): The compiled automaton; its ``vocab_size`` may be smaller than the
-            scores' width, extra ids are masked.
-        prompt_length (`int`, *optional*): Number of prompt tokens in ``input_ids`` (after left
-            padding). Default: the width of the first ``input_ids`` this processor sees, so use
-            a fresh processor per ``generate`` call.
-        cache_size (`int`): Prefixes and masks remembered (LRU).
+        grammar (`Grammar`): The compiled automaton.
+        phi (`str` or `PhiEstimator`): ``"uniform"``, ``"onestep"``, ``"exact"`` or an estimator.
+        model (*optional*): The model, for estimators that run forwards (``"exact"``).
+        prompt_length (`int`, *optional*): Prompt tokens per row (after left padding). Default:
+            the width of the first ``input_ids`` seen, so use a fresh processor per ``generate``.
+        max_new_tokens (`int`, *optional*): The generation budget; completions must fit in it.
+        cache_size (`int`): Prefixes remembered (LRU).
 
     Raises:
-        OutOfGrammarError: a row's generated tokens leave the grammar (e.g. a prefix forced by
-            the caller), or the scores are narrower than the grammar's vocabulary.
+        OutOfGrammarError: a row's generated tokens leave the grammar, or the scores are
+            narrower than the grammar's vocabulary.
 
     Example:
         >>> import torch
         >>> from hf_fvo import Grammar
-        >>> from hf_fvo.generation import GrammarLogitsProcessor
+        >>> from hf_fvo.generation import FVOLogitsProcessor
         >>> from hf_fvo.models import load_default_tokenizer
-        >>> tokenizer = load_default_tokenizer()
-        >>> g = Grammar.from_choices(["yes", "no"], tokenizer)
-        >>> proc = GrammarLogitsProcessor(g, prompt_length=1)
+        >>> tok = load_default_tokenizer()
+        >>> g = Grammar.from_choices(["yes", "no"], tok)
+        >>> proc = FVOLogitsProcessor(g, phi="onestep", prompt_length=1)
         >>> scores = proc(torch.tensor([[1]]), torch.zeros(1, g.vocab_size))
-        >>> sorted(tokenizer.decode([i]) for i in torch.isfinite(scores[0]).nonzero().flatten())
-        ['n', 'no', 'y', 'ye', 'yes']
+        >>> int(torch.isfinite(scores).sum())  # y, ye, yes, n, no
+        5
     """
 
     def __init__(
-        self, grammar: Grammar, prompt_length: int | None = None, cache_size: int = 4096
+        self,
+        grammar: Grammar,
+        phi: str | PhiEstimator = "onestep",
+        model: Any = None,
+        prompt_length: int | None = None,
+        max_new_tokens: int | None = None,
+        cache_size: int = 4096,
     ) -> None:
         if not isinstance(grammar, Grammar):
             raise TypeError(f"grammar must be an hf_fvo.Grammar, got {type(grammar).__name__}")
         if prompt_length is not None and (not isinstance(prompt_length, int) or prompt_length < 0):
             raise ValueError(f"prompt_length must be a non-negative int, got {prompt_length!r}")
+        if max_new_tokens is not None and (
+            not isinstance(max_new_tokens, int) or max_new_tokens < 1
+        ):
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
         self.grammar = grammar
+        self.estimator = _make_estimator(phi, grammar, model)
         self.prompt_length = prompt_length
+        self.max_new_tokens = max_new_tokens
         self._cache_size = int(cache_size)
         self._states: OrderedDict[tuple[int, ...], int] = OrderedDict()
-        self._masks: OrderedDict[int, torch.Tensor] = OrderedDict()
+        self._steps: OrderedDict[tuple[int, ...], PhiStep] = OrderedDict()
 
     def state_of(self, generated: tuple[int, ...]) -> int:
         """The grammar state after the generated tokens (memoised by prefix)."""
@@ -106,30 +123,85 @@ class GrammarLogitsProcessor(LogitsProcessor):
             )
         return nxt
 
-    def _mask(self, state: int) -> torch.Tensor:
-        mask = self._masks.get(state)
-        if mask is None:
-            mask = self.grammar.allowed(state)
-            self._remember(self._masks, state, mask)
-        return mask
-
     def _remember(self, cache: OrderedDict, key, value) -> None:
         cache[key] = value
         if len(cache) > self._cache_size:
             cache.popitem(last=False)
 
+    def step_at(self, generated: tuple[int, ...]) -> PhiStep | None:
+        """The last Φ̂ step computed at this generated prefix (diagnostics), if remembered."""
+        return self._steps.get(tuple(generated))
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.prompt_length is None:
             self.prompt_length = input_ids.shape[1]
         width = scores.shape[-1]
-        if width < self.grammar.vocab_size:
+        vocab = self.grammar.vocab_size
+        if width < vocab:
             raise OutOfGrammarError(
-                f"scores have {width} columns but the grammar was compiled for vocab_size "
-                f"{self.grammar.vocab_size}"
+                f"scores have {width} columns but the grammar was compiled for vocab_size {vocab}"
             )
-        rows = input_ids[:, self.prompt_length :].tolist()
-        allowed = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device)
-        for r, generated in enumerate(rows):
-            mask = self._mask(self.state_of(tuple(generated)))
-            allowed[r, : mask.shape[0]] = mask.to(scores.device)
-        return scores.masked_fill(~allowed, -float("inf"))
+        out = torch.full_like(scores, -torch.inf)
+        for r, row in enumerate(input_ids.tolist()):
+            prompt, generated = tuple(row[: self.prompt_length]), tuple(row[self.prompt_length :])
+            state = self.state_of(generated)
+            logp = torch.log_softmax(scores[r].double(), dim=-1)
+            if state == self.grammar.terminal_state:
+                log_phi = torch.full((vocab,), -torch.inf, dtype=torch.float64)
+                log_phi[list(self.grammar.eos_token_ids)] = 0.0
+            else:
+                remaining = (
+                    None if self.max_new_tokens is None else self.max_new_tokens - len(generated)
+                )
+                ctx = PhiContext(state, generated, scores[r, :vocab], remaining, prompt)
+                step = self.estimator.step(ctx)
+                self._remember(self._steps, generated, step)
+                log_phi = step.log_phi
+            out[r, :vocab] = (logp[:vocab] + log_phi.to(logp.device)).to(scores.dtype)
+        return out
+
+
+class GrammarLogitsProcessor(FVOLogitsProcessor):
+    r"""Masks every token outside the admissible set A_t: ``FVOLogitsProcessor`` with Φ ≡ 1.
+
+    This samples the locally projected law μ_proj. Unlike Outlines' and XGrammar's per-row
+    stateful processors, it may be called on any prefix in any order, so it survives beam
+    search and assisted generation.
+
+    Args:
+        grammar (`Grammar`): The compiled automaton.
+        prompt_length (`int`, *optional*): As in :class:`FVOLogitsProcessor`.
+        max_new_tokens (`int`, *optional*): Also mask tokens whose completion cannot fit.
+
+    Example:
+        >>> import torch
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.generation import GrammarLogitsProcessor
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tokenizer = load_default_tokenizer()
+        >>> g = Grammar.from_choices(["yes", "no"], tokenizer)
+        >>> proc = GrammarLogitsProcessor(g, prompt_length=1)
+        >>> scores = proc(torch.tensor([[1]]), torch.zeros(1, g.vocab_size))
+        >>> sorted(tokenizer.decode([i]) for i in torch.isfinite(scores[0]).nonzero().flatten())
+        ['n', 'no', 'y', 'ye', 'yes']
+    """
+
+    def __init__(
+        self,
+        grammar: Grammar,
+        prompt_length: int | None = None,
+        max_new_tokens: int | None = None,
+        cache_size: int = 4096,
+    ) -> None:
+        super().__init__(grammar, "uniform", None, prompt_length, max_new_tokens, cache_size)
+
+
+def _make_estimator(phi: str | PhiEstimator, grammar: Grammar, model: Any) -> PhiEstimator:
+    if isinstance(phi, PhiEstimator):
+        if phi.grammar is not grammar:
+            raise ValueError("the estimator was built for a different grammar")
+        return phi
+    if phi not in ESTIMATORS:
+        raise ValueError(f"unknown phi {phi!r}; choose one of {sorted(ESTIMATORS)}")
+    cls = ESTIMATORS[phi]
+    return cls(grammar, model) if cls.needs_model else cls(grammar)

@@ -1,0 +1,216 @@
+"""Exact Φ for finite (or length-bounded) languages with any LM: backward DP over the token trie.
+
+Token tries are large (every segmentation of every member is a distinct token sequence: a
+3-value JSON enum has ~88k nodes over SmolLM2's vocabulary), but almost all of that mass is
+negligible. The trie is therefore explored best-first by model probability, in batches of
+forwards, until the unexplored mass is at most ``tol`` times the mass of completed members. The
+DP then gives, per explored node, a lower bound Φ_lo (unexplored children count 0, which is what
+sampling uses) and an upper bound Φ_hi (they count 1); ``Φ_hi − Φ_lo`` is the certified additive
+error δ. All products are in log space, so Φ down to 1e-300 is exact.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from hf_fvo.grammar import Grammar, GrammarTooLargeError
+from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask
+from hf_fvo.phi.lm import PrefixLM
+
+__all__ = ["ExactPhi", "TrieExploration"]
+
+
+@dataclass
+class _Node:
+    state: int
+    children: torch.Tensor  # admissible child tokens (EOS included where accepting)
+    child_logp: torch.Tensor  # float64 log p(child | prefix)
+    log_phi_lo: torch.Tensor | None = None  # per child, after the DP
+    log_phi_hi: torch.Tensor | None = None
+
+
+@dataclass
+class TrieExploration:
+    """The explored part of the token trie below one root prefix.
+
+    ``nodes`` maps a generated prefix (relative to the prompt) to its admissible children and
+    their model log-probabilities. ``residual`` is the unexplored mass relative to the completed
+    mass at the root (the certificate the exploration stopped at).
+    """
+
+    grammar: Grammar
+    prompt: tuple[int, ...]
+    root: tuple[int, ...]
+    budget: int | None  # tokens remaining at the root (EOS counted)
+    nodes: dict[tuple[int, ...], _Node] = field(default_factory=dict)
+    order: list[tuple[int, ...]] = field(default_factory=list)
+    residual: float = 0.0
+
+    def log_phi_bounds(self, prefix: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(children tokens, log Φ_lo per child) at an explored prefix."""
+        node = self.nodes[prefix]
+        return node.children, node.log_phi_lo
+
+
+class ExactPhi(PhiEstimator):
+    """Exact future validity on finite (or budget-bounded) languages, with any LM.
+
+    Args:
+        grammar: The compiled grammar; its language must be finite, or every call must carry a
+            token budget (``remaining``).
+        model: The Transformers causal LM whose completions are counted.
+        tol: Stop exploring once unexplored mass ≤ ``tol`` × completed mass (0: explore all).
+        max_nodes: Refuse explorations that would expand more nodes.
+        batch_size: Prefixes per forward.
+
+    Raises:
+        GrammarTooLargeError: the exploration needs more than ``max_nodes`` forwards.
+
+    Example:
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.phi import ExactPhi, PhiContext
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tok = load_default_tokenizer()
+        >>> _ = torch.manual_seed(0)
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16,
+        ...     intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+        >>> g = Grammar.from_choices(["yes", "no"], tok)
+        >>> phi = ExactPhi(g, model, tol=0.0)
+        >>> ctx = PhiContext(g.initial_state, (), torch.zeros(len(tok)), prompt=(1,))
+        >>> step = phi.step(ctx)
+        >>> step.delta, int(step.log_phi.isfinite().sum())
+        (0.0, 5)
+    """
+
+    name = "exact"
+    needs_model = True
+
+    def __init__(
+        self,
+        grammar: Grammar,
+        model: Any,
+        *,
+        tol: float = 1e-12,
+        max_nodes: int = 100_000,
+        batch_size: int = 32,
+    ) -> None:
+        super().__init__(grammar, model)
+        if not 0.0 <= tol < 1.0:
+            raise ValueError(f"tol must lie in [0, 1), got {tol}")
+        self.tol = float(tol)
+        self.max_nodes = int(max_nodes)
+        self.lm = PrefixLM(model, batch_size=batch_size)
+        self._explorations: dict[tuple[tuple[int, ...], int | None], list[TrieExploration]] = {}
+
+    # -- interface ------------------------------------------------------------------------------
+
+    def log_phi(self, ctx: PhiContext) -> torch.Tensor:
+        exploration = self.exploration(ctx)
+        children, log_lo = exploration.log_phi_bounds(ctx.generated)
+        out = torch.full((self.grammar.vocab_size,), -torch.inf, dtype=torch.float64)
+        out[children] = log_lo
+        return out
+
+    def additive_error(self, ctx: PhiContext) -> float | None:
+        node = self.exploration(ctx).nodes[ctx.generated]
+        gap = node.log_phi_hi.exp() - node.log_phi_lo.exp()
+        return float(gap.max()) if len(gap) else 0.0
+
+    # -- exploration ----------------------------------------------------------------------------
+
+    def exploration(self, ctx: PhiContext) -> TrieExploration:
+        """The exploration covering ``ctx.generated`` (explored on first use, then cached)."""
+        if not ctx.prompt:
+            raise ValueError("the exact estimator needs the prompt token ids (PhiContext.prompt)")
+        budget = None if ctx.remaining is None else ctx.remaining + len(ctx.generated)
+        key = (ctx.prompt, budget)
+        for exploration in self._explorations.get(key, []):
+            node = exploration.nodes.get(ctx.generated)
+            # a node at the explored edge (every child unexplored) is explored afresh below it
+            if node is not None and bool(torch.isfinite(node.log_phi_lo).any()):
+                return exploration
+        root_budget = ctx.remaining
+        if root_budget is None and not self.grammar.is_finite:
+            raise ValueError(
+                f"{self.grammar.source} is infinite: the exact estimator needs a token budget "
+                "(max_new_tokens)"
+            )
+        exploration = self._explore(ctx.prompt, ctx.generated, ctx.state, root_budget)
+        self._explorations.setdefault(key, []).append(exploration)
+        return exploration
+
+    def _explore(
+        self, prompt: tuple[int, ...], root: tuple[int, ...], state: int, budget: int | None
+    ) -> TrieExploration:
+        g = self.grammar
+        eos = set(g.eos_token_ids)
+        ex = TrieExploration(g, prompt, root, budget)
+        # heap of (−log path prob, tie-break, prefix, state); path prob is relative to the root
+        heap: list[tuple[float, int, tuple[int, ...], int]] = [(0.0, 0, root, state)]
+        counter = 1
+        frontier_logs: dict[tuple[int, ...], float] = {root: 0.0}
+        done_log = -math.inf  # log of completed (EOS) mass
+        log_tol = math.log(self.tol) if self.tol > 0 else -math.inf
+        while heap:
+            frontier = torch.tensor(list(frontier_logs.values()), dtype=torch.float64)
+            frontier_log = torch.logsumexp(frontier, 0).item()
+            if done_log > -math.inf and frontier_log <= log_tol + done_log:
+                break
+            batch = []
+            while heap and len(batch) < self.lm.batch_size:
+                neg, _, prefix, s = heapq.heappop(heap)
+                frontier_logs.pop(prefix, None)
+                batch.append((-neg, prefix, s))
+            if len(ex.nodes) + len(batch) > self.max_nodes:
+                raise GrammarTooLargeError(
+                    f"exact Φ needs more than max_nodes={self.max_nodes} forwards for "
+                    f"{g.source}; raise tol or max_nodes, or use another estimator"
+                )
+            rows = self.lm.next_logprobs(prompt, [p for _, p, _ in batch])
+            for (logp_path, prefix, s), row in zip(batch, rows, strict=True):
+                remaining = None if budget is None else budget - (len(prefix) - len(root))
+                mask = admissible_mask(g, s, remaining)
+                children = torch.nonzero(mask).flatten()
+                child_logp = row[children]
+                ex.nodes[prefix] = _Node(s, children, child_logp)
+                ex.order.append(prefix)
+                for tok, lp in zip(children.tolist(), child_logp.tolist(), strict=True):
+                    if lp == -math.inf:
+                        continue
+                    if tok in eos:
+                        done_log = float(np.logaddexp(done_log, logp_path + lp))
+                        continue
+                    child = (*prefix, tok)
+                    heapq.heappush(heap, (-(logp_path + lp), counter, child, g.next_state(s, tok)))
+                    frontier_logs[child] = logp_path + lp
+                    counter += 1
+        if frontier_logs:
+            rest = torch.logsumexp(torch.tensor(list(frontier_logs.values())), 0).item()
+            ex.residual = math.exp(rest - done_log) if done_log > -math.inf else math.inf
+        self._backward(ex)
+        return ex
+
+    def _backward(self, ex: TrieExploration) -> None:
+        """log Φ_lo / log Φ_hi per child, children before parents (reverse expansion order)."""
+        eos = set(self.grammar.eos_token_ids)
+        for prefix in reversed(ex.order):
+            node = ex.nodes[prefix]
+            lo = torch.full((len(node.children),), -torch.inf, dtype=torch.float64)
+            hi = torch.zeros(len(node.children), dtype=torch.float64)  # unexplored: Φ ≤ 1
+            for i, tok in enumerate(node.children.tolist()):
+                if tok in eos:
+                    lo[i] = 0.0
+                    continue
+                child = ex.nodes.get((*prefix, tok))
+                if child is not None:
+                    lo[i] = torch.logsumexp(child.child_logp + child.log_phi_lo, 0)
+                    hi[i] = torch.logsumexp(child.child_logp + child.log_phi_hi, 0)
+            node.log_phi_lo, node.log_phi_hi = lo, hi
