@@ -1,11 +1,12 @@
 """hf_fvo: grammar-constrained generation for Hugging Face Transformers that samples the
 grammar-conditional distribution μ* rather than the locally masked μ_proj.
 
-Layout follows the math: ``grammar`` (admissible sets A_t) → ``generation`` (Transformers side);
-``models`` loads the embedded default model.
+Layout follows the math: ``grammar`` (admissible sets A_t) → ``phi`` (future-validity
+estimators Φ̂) → ``generation`` (Transformers side); ``eval`` reads all three; ``models`` loads
+the embedded default model.
 """
 
-from hf_fvo.generation import GrammarLogitsProcessor
+from hf_fvo.generation import FVOLogitsProcessor, GrammarLogitsProcessor, generate
 from hf_fvo.grammar import (
     EmptyLanguageError,
     Grammar,
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EmptyLanguageError",
+    "FVOLogitsProcessor",
     "Grammar",
     "GrammarError",
     "GrammarLogitsProcessor",
@@ -36,4 +38,5 @@ __all__ = [
     "TokenizerError",
     "UnsupportedSchemaError",
     "__version__",
+    "generate",
 ]

@@ -1,5 +1,6 @@
-"""The Transformers side: logits processors that apply the grammar inside ``model.generate``."""
+"""The Transformers side: logits processors that apply the grammar and Φ̂ inside ``generate``."""
 
+from hf_fvo.generation.generate import generate
 from hf_fvo.generation.processors import FVOLogitsProcessor, GrammarLogitsProcessor
 
-__all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor"]
+__all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor", "generate"]

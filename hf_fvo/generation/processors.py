@@ -153,7 +153,7 @@ class FVOLogitsProcessor(LogitsProcessor):
                 remaining = (
                     None if self.max_new_tokens is None else self.max_new_tokens - len(generated)
                 )
-                ctx = PhiContext(state, generated, scores[r, :vocab], remaining, prompt)
+                ctx = PhiContext(state, generated, scores[r], remaining, prompt)
                 step = self.estimator.step(ctx)
                 self._remember(self._steps, generated, step)
                 log_phi = step.log_phi

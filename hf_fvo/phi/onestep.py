@@ -35,7 +35,7 @@ class OneStepPhi(PhiEstimator):
 
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         g = self.grammar
-        probs = torch.softmax(ctx.logits.double(), dim=-1)
+        logp = torch.log_softmax(ctx.logits.double(), dim=-1)
         mask = admissible_mask(g, ctx.state, ctx.remaining)
         out = torch.full(mask.shape, -torch.inf, dtype=torch.float64)
         if g.is_accepting(ctx.state):
@@ -49,8 +49,7 @@ class OneStepPhi(PhiEstimator):
             if len(tokens) == 0:
                 continue
             allowed_next = admissible_mask(g, nxt, after)
-            mass = probs[: allowed_next.shape[0]][allowed_next[: probs.shape[0]]].sum()
-            out[tokens] = torch.log(mass) if mass > 0 else -torch.inf
+            out[tokens] = torch.logsumexp(logp[: allowed_next.shape[0]][allowed_next], 0)
         return _no_dead_row(out, mask)
 
 

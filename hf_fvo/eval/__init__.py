@@ -1,0 +1,17 @@
+"""Evaluation: exact terminal laws (μ*, μ_proj, μ_Φ̂), TV/KL, and sampled-vs-exact statistics.
+
+Nothing in ``grammar``, ``phi`` or ``generation`` imports this package.
+"""
+
+from hf_fvo.eval.laws import TerminalLaw, grammar_conditional_law, sampling_law
+from hf_fvo.eval.stats import bootstrap_tv_ci, empirical_law, empirical_tv, null_tv_percentiles
+
+__all__ = [
+    "TerminalLaw",
+    "bootstrap_tv_ci",
+    "empirical_law",
+    "empirical_tv",
+    "grammar_conditional_law",
+    "null_tv_percentiles",
+    "sampling_law",
+]

@@ -1,0 +1,211 @@
+"""Exact terminal laws over token sequences for finite (or budget-bounded) languages.
+
+μ* (the sequence likelihood restricted to the language and renormalised) and μ_Φ̂ (the law of
+sampling step by step from p_t·Φ̂_t, which is μ_proj for Φ̂ ≡ 1) are computed by exploring the
+token trie best-first by each law's own path probability, until the unexplored mass is at most
+``tol``. Each law carries that residual, so every TV it yields has a certified error bar.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from hf_fvo.grammar import Grammar, GrammarTooLargeError
+from hf_fvo.phi import ESTIMATORS, PhiContext, PhiEstimator, PrefixLM, admissible_mask
+
+__all__ = ["TerminalLaw", "grammar_conditional_law", "sampling_law"]
+
+
+@dataclass(frozen=True)
+class TerminalLaw:
+    """Probabilities of complete token sequences (each ending with EOS).
+
+    ``residual`` bounds the mass on sequences not listed (0 when the support was exhausted).
+
+    Example:
+        >>> from hf_fvo.eval import TerminalLaw
+        >>> law = TerminalLaw({(5, 2): 0.75, (6, 2): 0.25})
+        >>> law.tv(TerminalLaw({(5, 2): 0.5, (6, 2): 0.5}))
+        0.25
+    """
+
+    probs: dict[tuple[int, ...], float]
+    residual: float = 0.0
+    forwards: int = 0
+
+    def tv(self, other: TerminalLaw) -> float:
+        """Total variation over the union of listed sequences (error ≤ (r₁ + r₂)/2)."""
+        keys = self.probs.keys() | other.probs.keys()
+        return 0.5 * sum(abs(self.probs.get(k, 0.0) - other.probs.get(k, 0.0)) for k in keys)
+
+    def kl(self, other: TerminalLaw) -> float:
+        """KL(self ‖ other) over listed sequences; ``inf`` where other lacks self's support."""
+        total = 0.0
+        for k, p in self.probs.items():
+            if p > 0:
+                q = other.probs.get(k, 0.0)
+                if q <= 0:
+                    return math.inf
+                total += p * math.log(p / q)
+        return total
+
+    def expectation(self, f) -> float:
+        """E[f(sequence)] over listed sequences."""
+        return sum(p * f(k) for k, p in self.probs.items())
+
+    def sample(self, n: int, generator: np.random.Generator) -> list[tuple[int, ...]]:
+        """``n`` i.i.d. draws (listed sequences, renormalised)."""
+        keys = list(self.probs)
+        p = np.array([self.probs[k] for k in keys], dtype=np.float64)
+        idx = generator.choice(len(keys), size=n, p=p / p.sum())
+        return [keys[i] for i in idx]
+
+
+def grammar_conditional_law(
+    grammar: Grammar,
+    model: Any,
+    prompt: tuple[int, ...],
+    *,
+    max_new_tokens: int | None = None,
+    tol: float = 0.0,
+    max_nodes: int = 100_000,
+    batch_size: int = 32,
+) -> TerminalLaw:
+    """μ*(x) = p(x | prompt)·1[x ∈ L] / Z, from sequence likelihoods (no Φ involved).
+
+    Example:
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.eval import grammar_conditional_law
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tok = load_default_tokenizer()
+        >>> _ = torch.manual_seed(0)
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16,
+        ...     intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+        >>> law = grammar_conditional_law(Grammar.from_choices(["yes", "no"], tok), model, (1,))
+        >>> len(law.probs), round(sum(law.probs.values()), 12)
+        (6, 1.0)
+    """
+    logs, residual, forwards = _explore(
+        grammar, PrefixLM(model, batch_size), prompt, max_new_tokens, tol, max_nodes, None
+    )
+    z = np.logaddexp.reduce(np.array(list(logs.values())))
+    return TerminalLaw({k: math.exp(v - z) for k, v in logs.items()}, residual, forwards)
+
+
+def sampling_law(
+    grammar: Grammar,
+    model: Any,
+    prompt: tuple[int, ...],
+    phi: str | PhiEstimator = "uniform",
+    *,
+    max_new_tokens: int | None = None,
+    tol: float = 0.0,
+    max_nodes: int = 100_000,
+    batch_size: int = 32,
+) -> TerminalLaw:
+    """The law of sampling μ̂_t ∝ p_t·Φ̂_t step by step (``"uniform"``: μ_proj).
+
+    Example:
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.eval import grammar_conditional_law, sampling_law
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tok = load_default_tokenizer()
+        >>> _ = torch.manual_seed(0)
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16,
+        ...     intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+        >>> g = Grammar.from_choices(["yes", "no"], tok)
+        >>> star = grammar_conditional_law(g, model, (1,))
+        >>> from hf_fvo.phi import ExactPhi
+        >>> sampling_law(g, model, (1,), ExactPhi(g, model, tol=0.0)).tv(star) < 1e-12
+        True
+    """
+    if isinstance(phi, str):
+        if phi not in ESTIMATORS:
+            raise ValueError(f"unknown phi {phi!r}; choose one of {sorted(ESTIMATORS)}")
+        cls = ESTIMATORS[phi]
+        phi = cls(grammar, model) if cls.needs_model else cls(grammar)
+    logs, residual, forwards = _explore(
+        grammar, PrefixLM(model, batch_size), prompt, max_new_tokens, tol, max_nodes, phi
+    )
+    return TerminalLaw({k: math.exp(v) for k, v in logs.items()}, residual, forwards)
+
+
+def _explore(
+    grammar: Grammar,
+    lm: PrefixLM,
+    prompt: tuple[int, ...],
+    budget: int | None,
+    tol: float,
+    max_nodes: int,
+    phi: PhiEstimator | None,
+) -> tuple[dict[tuple[int, ...], float], float, int]:
+    """Best-first over prefixes by path log-weight: the law's own (``phi``) or p's (``None``).
+
+    Returns log-weights of complete sequences (EOS included), the unexplored mass (relative to
+    the completed mass for p, absolute for a law), and the number of forwards.
+    """
+    if budget is None and not grammar.is_finite:
+        raise ValueError(f"{grammar.source} is infinite: pass max_new_tokens")
+    eos = set(grammar.eos_token_ids)
+    heap: list[tuple[float, int, tuple[int, ...], int]] = [(0.0, 0, (), grammar.initial_state)]
+    pending = {(): 0.0}
+    done: dict[tuple[int, ...], float] = {}
+    counter, expanded = 1, 0
+    log_tol = math.log(tol) if tol > 0 else -math.inf
+    while heap:
+        if done:
+            rest = np.logaddexp.reduce(np.array(list(pending.values())))
+            ref = 0.0 if phi is not None else np.logaddexp.reduce(np.array(list(done.values())))
+            if rest <= log_tol + ref:
+                break
+        batch = []
+        while heap and len(batch) < lm.batch_size:
+            neg, _, prefix, state = heapq.heappop(heap)
+            pending.pop(prefix, None)
+            batch.append((-neg, prefix, state))
+        expanded += len(batch)
+        if expanded > max_nodes:
+            raise GrammarTooLargeError(
+                f"the terminal law needs more than max_nodes={max_nodes} forwards; raise tol"
+            )
+        rows = lm.next_logprobs(prompt, [p for _, p, _ in batch])
+        for (weight, prefix, state), row in zip(batch, rows, strict=True):
+            remaining = None if budget is None else budget - len(prefix)
+            if phi is None:
+                mask = admissible_mask(grammar, state, remaining)
+                children = torch.nonzero(mask).flatten()
+                step = row[children]
+            else:
+                ctx = PhiContext(state, prefix, row, remaining, prompt)
+                log_phi = phi.log_phi(ctx)
+                children = torch.nonzero(torch.isfinite(log_phi)).flatten()
+                step = row[children] + log_phi[children]
+                step = step - torch.logsumexp(step, 0)
+            for tok, lp in zip(children.tolist(), step.tolist(), strict=True):
+                if lp == -math.inf:
+                    continue
+                child = (*prefix, tok)
+                if tok in eos:
+                    done[child] = weight + lp
+                else:
+                    heapq.heappush(
+                        heap, (-(weight + lp), counter, child, grammar.next_state(state, tok))
+                    )
+                    pending[child] = weight + lp
+                    counter += 1
+    residual = 0.0
+    if pending:
+        rest = np.logaddexp.reduce(np.array(list(pending.values())))
+        ref = 0.0 if phi is not None else np.logaddexp.reduce(np.array(list(done.values())))
+        residual = math.exp(rest - ref)
+    return done, residual, lm.forwards
