@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from transformers import LogitsProcessorList
 
 from hf_fvo.generation.processors import FVOLogitsProcessor
@@ -59,6 +60,8 @@ def generate(
         prompt_length=input_ids.shape[1],
         max_new_tokens=max_new_tokens,
     )
+    if isinstance(input_ids, torch.Tensor):  # an unpadded prompt: say so, HF cannot infer it
+        generate_kwargs.setdefault("attention_mask", torch.ones_like(input_ids))
     extra = generate_kwargs.pop("logits_processor", None) or []
     return model.generate(
         input_ids, logits_processor=LogitsProcessorList([processor, *extra]), **generate_kwargs

@@ -20,7 +20,7 @@ import torch
 
 from hf_fvo.grammar import Grammar
 
-__all__ = ["PhiContext", "PhiEstimator", "PhiStep", "admissible_mask"]
+__all__ = ["PhiContext", "PhiEstimator", "PhiStep", "admissible_mask", "no_dead_row"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,19 @@ def admissible_mask(grammar: Grammar, state: int, remaining: int | None) -> torc
             a, b = int(groups.offsets[k]), int(groups.offsets[k + 1])
             mask[groups.token_ids[a:b]] = False
     return mask
+
+
+def no_dead_row(log_phi: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The documented fallback: if every admissible candidate has Φ̂ = 0 (or underflowed), use
+    Φ̂ ≡ 1 on the admissible set (plain masking) rather than return a row of −inf.
+
+    This happens only when the model puts zero probability on every completion (−inf logits);
+    the estimate then carries no information, and a row of −inf would crash sampling.
+    """
+    if mask.any() and not torch.isfinite(log_phi[mask]).any():
+        log_phi = log_phi.clone()
+        log_phi[mask] = 0.0
+    return log_phi
 
 
 class PhiEstimator(ABC):

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from hf_fvo.grammar import Grammar, GrammarTooLargeError
-from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask
+from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 from hf_fvo.phi.lm import PrefixLM
 
 __all__ = ["ExactPhi", "TrieExploration"]
@@ -117,7 +117,9 @@ class ExactPhi(PhiEstimator):
         children, log_lo = exploration.log_phi_bounds(ctx.generated)
         out = torch.full((self.grammar.vocab_size,), -torch.inf, dtype=torch.float64)
         out[children] = log_lo
-        return out
+        mask = torch.zeros(self.grammar.vocab_size, dtype=torch.bool)
+        mask[children] = True
+        return no_dead_row(out, mask)
 
     def additive_error(self, ctx: PhiContext) -> float | None:
         node = self.exploration(ctx).nodes[ctx.generated]

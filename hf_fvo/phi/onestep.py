@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask
+from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 
 __all__ = ["OneStepPhi"]
 
@@ -50,16 +50,4 @@ class OneStepPhi(PhiEstimator):
                 continue
             allowed_next = admissible_mask(g, nxt, after)
             out[tokens] = torch.logsumexp(logp[: allowed_next.shape[0]][allowed_next], 0)
-        return _no_dead_row(out, mask)
-
-
-def _no_dead_row(log_phi: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """If every admissible candidate underflowed to Φ̂ = 0, fall back to Φ̂ ≡ 1 on A_t.
-
-    The estimate carries no information then, and masking is the documented fallback; a row
-    of −inf would crash sampling.
-    """
-    if mask.any() and not torch.isfinite(log_phi[mask]).any():
-        log_phi = log_phi.clone()
-        log_phi[mask] = 0.0
-    return log_phi
+        return no_dead_row(out, mask)

@@ -140,3 +140,45 @@ def test_all_pairs_of_estimators_agree_on_the_admissible_set(world):
         supports = [torch.isfinite(e.log_phi(ctx)) for e in ests]
         for x, y in itertools.combinations(supports, 2):
             assert torch.equal(x, y)
+
+
+class TestOneStepTrue(EstimatorConformance):
+    varies = "somewhere"
+
+    def make(self, grammar, model):
+        from hf_fvo.phi import OneStepTruePhi
+
+        return OneStepTruePhi(grammar, model, k=3)
+
+
+def test_onestep_true_uses_the_next_step_distribution(world):
+    from hf_fvo.phi import OneStepTruePhi
+
+    grammar, model = world
+    est = OneStepTruePhi(grammar, model, k=100)  # every candidate gets the true value
+    for ctx in contexts(grammar, model):
+        log_phi = est.log_phi(ctx)
+        for t in torch.nonzero(torch.isfinite(log_phi)).flatten().tolist():
+            if t == grammar.eos_token_id:
+                continue
+            probs = torch.softmax(model.table.double()[t], -1)  # bigram: p(· | x, t)
+            mass = probs[grammar.allowed(grammar.next_state(ctx.state, t))].sum()
+            assert math.isclose(log_phi[t].exp().item(), mass.item(), rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["onestep", "exact"])
+def test_all_zero_phi_falls_back_to_masking_not_a_dead_row(sp_tokenizer, name):
+    from hf_fvo import Grammar
+    from hf_fvo.phi import ESTIMATORS
+    from tests.lms import BigramLM
+
+    g = Grammar.from_choices(["ab", "b"], sp_tokenizer)
+    table = torch.full((len(sp_tokenizer), len(sp_tokenizer)), -torch.inf)
+    table[:, 0] = 0.0  # the model only ever emits token 0, which no member uses
+    model = BigramLM(table)
+    est = ESTIMATORS[name](g, model) if ESTIMATORS[name].needs_model else ESTIMATORS[name](g)
+    logits = table[PROMPT[-1]].double()
+    ctx = PhiContext(g.initial_state, (), logits, None, PROMPT)
+    log_phi = est.log_phi(ctx)
+    assert torch.equal(torch.isfinite(log_phi), g.allowed(g.initial_state))
+    assert not torch.isnan(log_phi).any()

@@ -1,0 +1,77 @@
+"""OneStep-true: Φ̂(y) = Σ_{u ∈ A_{t+1}(x y)} p(u | x, y) for the top-K candidates.
+
+One extra batched forward over the K most likely candidates (ranked by p_t·OneStep) replaces the
+context-independence proxy of OneStep-cheap by the true next-step distribution; the remaining
+candidates keep the cheap value. Seed 000 Prop. 10: the result still overestimates Φ by the
+probability of dead ends two or more steps ahead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hf_fvo.grammar import Grammar
+from hf_fvo.phi.base import PhiContext, admissible_mask
+from hf_fvo.phi.lm import PrefixLM
+from hf_fvo.phi.onestep import OneStepPhi
+
+__all__ = ["OneStepTruePhi"]
+
+
+class OneStepTruePhi(OneStepPhi):
+    """OneStep with the model's own next-step distribution for the top-``k`` candidates.
+
+    Args:
+        grammar: The compiled grammar.
+        model: The causal LM (one extra forward of up to ``k`` prefixes per position).
+        k: Candidates that get the true one-step value.
+
+    Example:
+        >>> import torch
+        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.phi import OneStepTruePhi, PhiContext
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tok = load_default_tokenizer()
+        >>> _ = torch.manual_seed(0)
+        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16,
+        ...     intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+        >>> g = Grammar.from_choices(["yes", "no"], tok)
+        >>> est = OneStepTruePhi(g, model, k=2)
+        >>> ctx = PhiContext(g.initial_state, (), torch.zeros(len(tok)), prompt=(1,))
+        >>> int(est.log_phi(ctx).isfinite().sum()), est.lm.forwards
+        (5, 2)
+    """
+
+    name = "onestep_true"
+    needs_model = True
+
+    def __init__(self, grammar: Grammar, model: Any, k: int = 8) -> None:
+        super().__init__(grammar, model)
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be a positive int, got {k!r}")
+        self.k = k
+        self.lm = PrefixLM(model, batch_size=k)
+
+    def log_phi(self, ctx: PhiContext) -> torch.Tensor:
+        if not ctx.prompt:
+            raise ValueError("onestep_true needs the prompt token ids (PhiContext.prompt)")
+        g = self.grammar
+        out = super().log_phi(ctx)
+        logp = torch.log_softmax(ctx.logits.double(), dim=-1)[: g.vocab_size]
+        eos = list(g.eos_token_ids)
+        score = logp + out
+        score[eos] = -torch.inf  # Φ(EOS) = 1 already
+        finite = int(torch.isfinite(score).sum())
+        if finite == 0:
+            return out
+        top = torch.topk(score, min(self.k, finite)).indices.tolist()
+        rows = self.lm.next_logprobs(ctx.prompt, [(*ctx.generated, y) for y in top])
+        after = None if ctx.remaining is None else ctx.remaining - 1
+        for y, row in zip(top, rows, strict=True):
+            nxt = g.next_state(ctx.state, y)
+            allowed = admissible_mask(g, nxt, after)
+            out[y] = torch.logsumexp(row[: allowed.shape[0]][allowed], 0)
+        return out
