@@ -35,7 +35,7 @@ class TerminalLaw:
         0.25
     """
 
-    probs: dict[tuple[int, ...], float]
+    probs: dict[Any, float]
     residual: float = 0.0
     forwards: int = 0
 
@@ -54,6 +54,20 @@ class TerminalLaw:
                     return math.inf
                 total += p * math.log(p / q)
         return total
+
+    def pushforward(self, f) -> TerminalLaw:
+        """The law of ``f(sequence)``, e.g. the decoded string (many token sequences, one text).
+
+        Example:
+            >>> from hf_fvo.eval import TerminalLaw
+            >>> TerminalLaw({(1, 2): 0.5, (3, 2): 0.5}).pushforward(lambda s: len(s)).probs
+            {2: 1.0}
+        """
+        out: dict = {}
+        for k, p in self.probs.items():
+            key = f(k)
+            out[key] = out.get(key, 0.0) + p
+        return TerminalLaw(out, self.residual, self.forwards)
 
     def expectation(self, f) -> float:
         """E[f(sequence)] over listed sequences."""
@@ -94,7 +108,13 @@ def grammar_conditional_law(
         (6, 1.0)
     """
     logs, residual, forwards = _explore(
-        grammar, PrefixLM(model, batch_size), prompt, max_new_tokens, tol, max_nodes, None
+        grammar,
+        PrefixLM.wrap(model, batch_size=batch_size),
+        prompt,
+        max_new_tokens,
+        tol,
+        max_nodes,
+        None,
     )
     z = np.logaddexp.reduce(np.array(list(logs.values())))
     return TerminalLaw({k: math.exp(v - z) for k, v in logs.items()}, residual, forwards)
@@ -135,7 +155,13 @@ def sampling_law(
         cls = ESTIMATORS[phi]
         phi = cls(grammar, model) if cls.needs_model else cls(grammar)
     logs, residual, forwards = _explore(
-        grammar, PrefixLM(model, batch_size), prompt, max_new_tokens, tol, max_nodes, phi
+        grammar,
+        PrefixLM.wrap(model, batch_size=batch_size),
+        prompt,
+        max_new_tokens,
+        tol,
+        max_nodes,
+        phi,
     )
     return TerminalLaw({k: math.exp(v) for k, v in logs.items()}, residual, forwards)
 
@@ -157,6 +183,7 @@ def _explore(
     if budget is None and not grammar.is_finite:
         raise ValueError(f"{grammar.source} is infinite: pass max_new_tokens")
     eos = set(grammar.eos_token_ids)
+    forwards_before = lm.forwards
     heap: list[tuple[float, int, tuple[int, ...], int]] = [(0.0, 0, (), grammar.initial_state)]
     pending = {(): 0.0}
     done: dict[tuple[int, ...], float] = {}
@@ -208,4 +235,4 @@ def _explore(
         rest = np.logaddexp.reduce(np.array(list(pending.values())))
         ref = 0.0 if phi is not None else np.logaddexp.reduce(np.array(list(done.values())))
         residual = math.exp(rest - ref)
-    return done, residual, lm.forwards
+    return done, residual, lm.forwards - forwards_before

@@ -64,7 +64,8 @@ class ExactPhi(PhiEstimator):
     Args:
         grammar: The compiled grammar; its language must be finite, or every call must carry a
             token budget (``remaining``).
-        model: The Transformers causal LM whose completions are counted.
+        model: The Transformers causal LM whose completions are counted, or a shared
+            :class:`PrefixLM` (whose row cache then serves several estimators and laws).
         tol: Stop exploring once unexplored mass ≤ ``tol`` × completed mass (0: explore all).
         max_nodes: Refuse explorations that would expand more nodes.
         batch_size: Prefixes per forward.
@@ -107,7 +108,7 @@ class ExactPhi(PhiEstimator):
             raise ValueError(f"tol must lie in [0, 1), got {tol}")
         self.tol = float(tol)
         self.max_nodes = int(max_nodes)
-        self.lm = PrefixLM(model, batch_size=batch_size)
+        self.lm = PrefixLM.wrap(model, batch_size=batch_size)
         self._explorations: dict[tuple[tuple[int, ...], int | None], list[TrieExploration]] = {}
 
     # -- interface ------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ class OneStepTruePhi(OneStepPhi):
 
     Args:
         grammar: The compiled grammar.
-        model: The causal LM (one extra forward of up to ``k`` prefixes per position).
+        model: The causal LM, or a shared :class:`PrefixLM` (one extra batched forward of up
+            to ``k`` prefixes per position).
         k: Candidates that get the true one-step value.
 
     Example:
@@ -41,8 +42,8 @@ class OneStepTruePhi(OneStepPhi):
         >>> g = Grammar.from_choices(["yes", "no"], tok)
         >>> est = OneStepTruePhi(g, model, k=2)
         >>> ctx = PhiContext(g.initial_state, (), torch.zeros(len(tok)), prompt=(1,))
-        >>> int(est.log_phi(ctx).isfinite().sum()), est.lm.forwards
-        (5, 2)
+        >>> int(est.log_phi(ctx).isfinite().sum()), est.lm.forwards  # the prompt, then 2 prefixes
+        (5, 3)
     """
 
     name = "onestep_true"
@@ -53,7 +54,7 @@ class OneStepTruePhi(OneStepPhi):
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"k must be a positive int, got {k!r}")
         self.k = k
-        self.lm = PrefixLM(model, batch_size=k)
+        self.lm = PrefixLM.wrap(model, batch_size=k)
 
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         if not ctx.prompt:

@@ -103,3 +103,25 @@ def test_constructor_validates_its_arguments(smol_tokenizer):
     g = Grammar.from_choices(CHOICES, smol_tokenizer)
     with pytest.raises(ValueError, match="prompt_length"):
         GrammarLogitsProcessor(g, prompt_length=-1)
+
+
+@pytest.mark.parametrize("phi", ["onestep", "exact"])
+def test_fvo_processor_under_beam_search_and_assisted_generation(tiny_model, smol_tokenizer, phi):
+    from hf_fvo.generation import FVOLogitsProcessor
+
+    g = Grammar.from_choices(CHOICES, smol_tokenizer, vocab_size=tiny_model.config.vocab_size)
+    prompt = torch.tensor([[1, 100, 200, 300]])
+
+    def run(**kwargs):
+        proc = FVOLogitsProcessor(g, phi, tiny_model, prompt_length=4, max_new_tokens=12)
+        out = tiny_model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                                  logits_processor=LogitsProcessorList([proc]),
+                                  max_new_tokens=12, do_sample=False, **kwargs)  # fmt: skip
+        return out[0, 4:].tolist()
+
+    greedy = run()
+    assert smol_tokenizer.decode(greedy, skip_special_tokens=True) in CHOICES
+    beams = run(num_beams=3)
+    assert g.walk(beams) == g.terminal_state
+    # the processor is prefix-pure, so the draft's discarded prefixes cannot change the result
+    assert run(assistant_model=tiny_model) == greedy
