@@ -6,7 +6,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+
+from hf_fvo.models import tiny_random_llama
 
 
 class BigramLM(torch.nn.Module):
@@ -37,19 +38,6 @@ def random_bigram(vocab_size: int, seed: int = 0, scale: float = 3.0) -> BigramL
     return BigramLM(torch.randn(vocab_size, vocab_size, generator=g) * scale)
 
 
-def tiny_llama(vocab_size: int, eos_token_id: int, seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        eos_token_id=eos_token_id,
-        pad_token_id=eos_token_id,
-    )
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # sharpen the random logits so laws differ visibly
-        model.lm_head.weight.mul_(8.0)
-    return model
+def tiny_llama(vocab_size: int, eos_token_id: int, seed: int = 0):
+    """A tiny random Llama with sharpened logits, so the laws under test differ visibly."""
+    return tiny_random_llama(vocab_size, eos_token_id=eos_token_id, seed=seed, sharpness=8.0)

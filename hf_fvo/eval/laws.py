@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from hf_fvo.grammar import Grammar, GrammarTooLargeError
-from hf_fvo.phi import ESTIMATORS, PhiContext, PhiEstimator, PrefixLM, admissible_mask
+from hf_fvo.phi import PhiContext, PhiEstimator, PrefixLM, admissible_mask, make_estimator
 
 __all__ = ["TerminalLaw", "grammar_conditional_law", "sampling_law"]
 
@@ -95,14 +95,11 @@ def grammar_conditional_law(
 
     Example:
         >>> import torch
-        >>> from transformers import LlamaConfig, LlamaForCausalLM
         >>> from hf_fvo import Grammar
         >>> from hf_fvo.eval import grammar_conditional_law
-        >>> from hf_fvo.models import load_default_tokenizer
+        >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
         >>> tok = load_default_tokenizer()
-        >>> _ = torch.manual_seed(0)
-        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16,
-        ...     intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+        >>> model = tiny_random_llama(len(tok))
         >>> law = grammar_conditional_law(Grammar.from_choices(["yes", "no"], tok), model, (1,))
         >>> len(law.probs), round(sum(law.probs.values()), 12)
         (6, 1.0)
@@ -135,25 +132,18 @@ def sampling_law(
 
     Example:
         >>> import torch
-        >>> from transformers import LlamaConfig, LlamaForCausalLM
         >>> from hf_fvo import Grammar
         >>> from hf_fvo.eval import grammar_conditional_law, sampling_law
-        >>> from hf_fvo.models import load_default_tokenizer
+        >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
         >>> tok = load_default_tokenizer()
-        >>> _ = torch.manual_seed(0)
-        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16,
-        ...     intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+        >>> model = tiny_random_llama(len(tok))
         >>> g = Grammar.from_choices(["yes", "no"], tok)
         >>> star = grammar_conditional_law(g, model, (1,))
         >>> from hf_fvo.phi import ExactPhi
         >>> sampling_law(g, model, (1,), ExactPhi(g, model, tol=0.0)).tv(star) < 1e-12
         True
     """
-    if isinstance(phi, str):
-        if phi not in ESTIMATORS:
-            raise ValueError(f"unknown phi {phi!r}; choose one of {sorted(ESTIMATORS)}")
-        cls = ESTIMATORS[phi]
-        phi = cls(grammar, model) if cls.needs_model else cls(grammar)
+    phi = make_estimator(phi, grammar, model)
     logs, residual, forwards = _explore(
         grammar,
         PrefixLM.wrap(model, batch_size=batch_size),

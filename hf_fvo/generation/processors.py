@@ -15,7 +15,7 @@ import torch
 from transformers import LogitsProcessor
 
 from hf_fvo.grammar import Grammar, OutOfGrammarError
-from hf_fvo.phi import ESTIMATORS, PhiContext, PhiEstimator, PhiStep
+from hf_fvo.phi import PhiContext, PhiEstimator, PhiStep, make_estimator
 
 __all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor"]
 
@@ -76,7 +76,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         ):
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
         self.grammar = grammar
-        self.estimator = _make_estimator(phi, grammar, model)
+        self.estimator = make_estimator(phi, grammar, model)
         self.prompt_length = prompt_length
         self.max_new_tokens = max_new_tokens
         self._cache_size = int(cache_size)
@@ -194,14 +194,3 @@ class GrammarLogitsProcessor(FVOLogitsProcessor):
         cache_size: int = 4096,
     ) -> None:
         super().__init__(grammar, "uniform", None, prompt_length, max_new_tokens, cache_size)
-
-
-def _make_estimator(phi: str | PhiEstimator, grammar: Grammar, model: Any) -> PhiEstimator:
-    if isinstance(phi, PhiEstimator):
-        if phi.grammar is not grammar:
-            raise ValueError("the estimator was built for a different grammar")
-        return phi
-    if phi not in ESTIMATORS:
-        raise ValueError(f"unknown phi {phi!r}; choose one of {sorted(ESTIMATORS)}")
-    cls = ESTIMATORS[phi]
-    return cls(grammar, model) if cls.needs_model else cls(grammar)

@@ -75,14 +75,11 @@ class ExactPhi(PhiEstimator):
 
     Example:
         >>> import torch
-        >>> from transformers import LlamaConfig, LlamaForCausalLM
         >>> from hf_fvo import Grammar
         >>> from hf_fvo.phi import ExactPhi, PhiContext
-        >>> from hf_fvo.models import load_default_tokenizer
+        >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
         >>> tok = load_default_tokenizer()
-        >>> _ = torch.manual_seed(0)
-        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16,
-        ...     intermediate_size=32, num_hidden_layers=1, num_attention_heads=2))
+        >>> model = tiny_random_llama(len(tok))
         >>> g = Grammar.from_choices(["yes", "no"], tok)
         >>> phi = ExactPhi(g, model, tol=0.0)
         >>> ctx = PhiContext(g.initial_state, (), torch.zeros(len(tok)), prompt=(1,))

@@ -28,11 +28,9 @@ class PrefixLM:
 
     Example:
         >>> import torch
-        >>> from transformers import LlamaConfig, LlamaForCausalLM
+        >>> from hf_fvo.models import tiny_random_llama
         >>> from hf_fvo.phi import PrefixLM
-        >>> _ = torch.manual_seed(0)
-        >>> model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=8,
-        ...     intermediate_size=16, num_hidden_layers=1, num_attention_heads=2))
+        >>> model = tiny_random_llama(16)
         >>> rows = PrefixLM(model).next_logprobs((1, 2), [(), (3,), (3, 4)])
         >>> rows.shape, bool(torch.allclose(rows.exp().sum(-1), torch.ones(3, dtype=rows.dtype)))
         (torch.Size([3, 16]), True)

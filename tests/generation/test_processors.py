@@ -4,28 +4,19 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessorList
+from transformers import LogitsProcessorList
 
 from hf_fvo import Grammar, OutOfGrammarError
 from hf_fvo.generation import GrammarLogitsProcessor
+from hf_fvo.models import tiny_random_llama
 
 CHOICES = ["ok", "error", "not found"]
 
 
 @pytest.fixture(scope="module")
 def tiny_model(smol_tokenizer):
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(smol_tokenizer) + 32,  # wider than the tokenizer, like many real models
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        eos_token_id=smol_tokenizer.eos_token_id,
-        pad_token_id=smol_tokenizer.eos_token_id,
-    )
-    return LlamaForCausalLM(config).eval()
+    # wider than the tokenizer, like many real models
+    return tiny_random_llama(len(smol_tokenizer) + 32, eos_token_id=smol_tokenizer.eos_token_id)
 
 
 def _generate(model, grammar, prompt, **kwargs):
