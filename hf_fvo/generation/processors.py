@@ -15,7 +15,7 @@ import torch
 from transformers import LogitsProcessor
 
 from hf_fvo.grammar import Grammar, OutOfGrammarError
-from hf_fvo.phi import PhiContext, PhiEstimator, PhiStep, make_estimator
+from hf_fvo.phi import PhiContext, PhiDiagnostics, PhiEstimator, make_estimator
 
 __all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor"]
 
@@ -81,7 +81,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         self.max_new_tokens = max_new_tokens
         self._cache_size = int(cache_size)
         self._states: OrderedDict[tuple[int, ...], int] = OrderedDict()
-        self._steps: OrderedDict[tuple[int, ...], PhiStep] = OrderedDict()
+        self._steps: OrderedDict[tuple[int, ...], PhiDiagnostics] = OrderedDict()
 
     def state_of(self, generated: tuple[int, ...]) -> int:
         """The grammar state after the generated tokens (memoised by prefix)."""
@@ -128,8 +128,8 @@ class FVOLogitsProcessor(LogitsProcessor):
         if len(cache) > self._cache_size:
             cache.popitem(last=False)
 
-    def step_at(self, generated: tuple[int, ...]) -> PhiStep | None:
-        """The last Φ̂ step computed at this generated prefix (diagnostics), if remembered."""
+    def step_at(self, generated: tuple[int, ...]) -> PhiDiagnostics | None:
+        """Diagnostics (Φ̄_t, dispersion, δ_t) of the last Φ̂ computed at this prefix, if kept."""
         return self._steps.get(tuple(generated))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -155,7 +155,7 @@ class FVOLogitsProcessor(LogitsProcessor):
                 )
                 ctx = PhiContext(state, generated, scores[r], remaining, prompt)
                 step = self.estimator.step(ctx)
-                self._remember(self._steps, generated, step)
+                self._remember(self._steps, generated, step.diagnostics)
                 log_phi = step.log_phi
             out[r, :vocab] = (logp[:vocab] + log_phi.to(logp.device)).to(scores.dtype)
         return out

@@ -1,6 +1,12 @@
 """Future-validity estimators Φ̂ behind one interface (:class:`PhiEstimator`)."""
 
-from hf_fvo.phi.base import PhiContext, PhiEstimator, PhiStep, admissible_mask
+from hf_fvo.phi.base import (
+    PhiContext,
+    PhiDiagnostics,
+    PhiEstimator,
+    PhiStep,
+    admissible_mask,
+)
 from hf_fvo.phi.exact import ExactPhi
 from hf_fvo.phi.lm import PrefixLM
 from hf_fvo.phi.onestep import OneStepPhi
@@ -39,6 +45,7 @@ __all__ = [
     "OneStepPhi",
     "OneStepTruePhi",
     "PhiContext",
+    "PhiDiagnostics",
     "PhiEstimator",
     "PhiStep",
     "PrefixLM",

@@ -20,7 +20,14 @@ import torch
 
 from hf_fvo.grammar import Grammar
 
-__all__ = ["PhiContext", "PhiEstimator", "PhiStep", "admissible_mask", "no_dead_row"]
+__all__ = [
+    "PhiContext",
+    "PhiDiagnostics",
+    "PhiEstimator",
+    "PhiStep",
+    "admissible_mask",
+    "no_dead_row",
+]
 
 
 @dataclass(frozen=True)
@@ -43,14 +50,11 @@ class PhiContext:
 
 
 @dataclass(frozen=True)
-class PhiStep:
-    """One position's estimate and diagnostics.
+class PhiDiagnostics:
+    """Per-position diagnostics: ``mean_phi`` is Φ̄_t = E_{μ_proj,t}[Φ̂]; ``dispersion`` is
+    log(Φ̂max/Φ̂min) over candidates with Φ̂ > 0; ``delta`` an additive bound sup|Φ̂ − Φ| where
+    the estimator knows one (``None`` otherwise)."""
 
-    ``mean_phi`` is Φ̄_t = E_{μ_proj,t}[Φ̂]; ``dispersion`` is log(Φ̂max/Φ̂min) over candidates
-    with Φ̂ > 0; ``delta`` is an additive bound sup|Φ̂ − Φ| where the estimator knows one.
-    """
-
-    log_phi: torch.Tensor
     mean_phi: float
     dispersion: float
     delta: float | None
@@ -61,6 +65,14 @@ class PhiStep:
         if self.delta is None or self.delta >= self.mean_phi:
             return math.inf
         return self.delta / (self.mean_phi - self.delta)
+
+
+@dataclass(frozen=True)
+class PhiStep:
+    """One position's estimate (log Φ̂ over the vocabulary) and its diagnostics."""
+
+    log_phi: torch.Tensor
+    diagnostics: PhiDiagnostics
 
 
 def admissible_mask(grammar: Grammar, state: int, remaining: int | None) -> torch.Tensor:
@@ -137,10 +149,11 @@ class PhiEstimator(ABC):
         admissible = torch.isfinite(log_phi)
         lp = logp[:width][admissible]
         lf = log_phi[admissible]
+        delta = self.additive_error(ctx)
         if len(lf) == 0:
-            return PhiStep(log_phi, 0.0, 0.0, self.additive_error(ctx))
+            return PhiStep(log_phi, PhiDiagnostics(0.0, 0.0, delta))
         mean = torch.exp(torch.logsumexp(lp + lf, 0) - torch.logsumexp(lp, 0)).item()
-        return PhiStep(log_phi, mean, (lf.max() - lf.min()).item(), self.additive_error(ctx))
+        return PhiStep(log_phi, PhiDiagnostics(mean, (lf.max() - lf.min()).item(), delta))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.grammar.source})"

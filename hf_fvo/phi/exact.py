@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,7 @@ class ExactPhi(PhiEstimator):
         tol: Stop exploring once unexplored mass ≤ ``tol`` × completed mass (0: explore all).
         max_nodes: Refuse explorations that would expand more nodes.
         batch_size: Prefixes per forward.
+        max_prompts: Explorations kept for this many prompts (least recently used dropped).
 
     Raises:
         GrammarTooLargeError: the exploration needs more than ``max_nodes`` forwards.
@@ -84,7 +86,7 @@ class ExactPhi(PhiEstimator):
         >>> phi = ExactPhi(g, model, tol=0.0)
         >>> ctx = PhiContext(g.initial_state, (), torch.zeros(len(tok)), prompt=(1,))
         >>> step = phi.step(ctx)
-        >>> step.delta, int(step.log_phi.isfinite().sum())
+        >>> step.diagnostics.delta, int(step.log_phi.isfinite().sum())
         (0.0, 5)
     """
 
@@ -99,14 +101,19 @@ class ExactPhi(PhiEstimator):
         tol: float = 1e-12,
         max_nodes: int = 100_000,
         batch_size: int = 32,
+        max_prompts: int = 8,
     ) -> None:
         super().__init__(grammar, model)
+        self.max_prompts = int(max_prompts)
         if not 0.0 <= tol < 1.0:
             raise ValueError(f"tol must lie in [0, 1), got {tol}")
         self.tol = float(tol)
         self.max_nodes = int(max_nodes)
         self.lm = PrefixLM.wrap(model, batch_size=batch_size)
-        self._explorations: dict[tuple[tuple[int, ...], int | None], list[TrieExploration]] = {}
+        # explorations per (prompt, budget at the root), least recently used first
+        self._explorations: OrderedDict[
+            tuple[tuple[int, ...], int | None], list[TrieExploration]
+        ] = OrderedDict()
 
     # -- interface ------------------------------------------------------------------------------
 
@@ -132,6 +139,8 @@ class ExactPhi(PhiEstimator):
             raise ValueError("the exact estimator needs the prompt token ids (PhiContext.prompt)")
         budget = None if ctx.remaining is None else ctx.remaining + len(ctx.generated)
         key = (ctx.prompt, budget)
+        if key in self._explorations:
+            self._explorations.move_to_end(key)
         for exploration in self._explorations.get(key, []):
             node = exploration.nodes.get(ctx.generated)
             # a node at the explored edge (every child unexplored) is explored afresh below it
@@ -145,6 +154,8 @@ class ExactPhi(PhiEstimator):
             )
         exploration = self._explore(ctx.prompt, ctx.generated, ctx.state, root_budget)
         self._explorations.setdefault(key, []).append(exploration)
+        while len(self._explorations) > self.max_prompts:
+            self._explorations.popitem(last=False)
         return exploration
 
     def _explore(

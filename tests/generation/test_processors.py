@@ -116,3 +116,17 @@ def test_fvo_processor_under_beam_search_and_assisted_generation(tiny_model, smo
     assert g.walk(beams) == g.terminal_state
     # the processor is prefix-pure, so the draft's discarded prefixes cannot change the result
     assert run(assistant_model=tiny_model) == greedy
+
+
+def test_processor_keeps_scalar_diagnostics_per_prefix(smol_tokenizer):
+    from hf_fvo.generation import FVOLogitsProcessor
+    from hf_fvo.phi import PhiDiagnostics
+
+    g = Grammar.from_choices(CHOICES, smol_tokenizer)
+    proc = FVOLogitsProcessor(g, "onestep", prompt_length=1)
+    logits = torch.randn(1, g.vocab_size, generator=torch.Generator().manual_seed(0))
+    proc(torch.tensor([[1]]), logits)
+    diag = proc.step_at(())
+    assert isinstance(diag, PhiDiagnostics) and 0.0 < diag.mean_phi <= 1.0
+    assert diag.dispersion > 0 and diag.delta is None and diag.tv_bound == float("inf")
+    assert proc.step_at((5,)) is None
