@@ -3,7 +3,7 @@
 Nothing in ``grammar``, ``phi`` or ``generation`` imports this package.
 """
 
-from hf_fvo.eval.laws import TerminalLaw, grammar_conditional_law, sampling_law
+from hf_fvo.eval.laws import TerminalLaw, grammar_conditional_law, sampling_law, sequence_law
 from hf_fvo.eval.stats import bootstrap_tv_ci, empirical_law, empirical_tv, null_tv_percentiles
 
 __all__ = [
@@ -14,4 +14,5 @@ __all__ = [
     "grammar_conditional_law",
     "null_tv_percentiles",
     "sampling_law",
+    "sequence_law",
 ]

@@ -19,7 +19,7 @@ import torch
 from hf_fvo.grammar import Grammar, GrammarTooLargeError
 from hf_fvo.phi import PhiContext, PhiEstimator, PrefixLM, admissible_mask, make_estimator
 
-__all__ = ["TerminalLaw", "grammar_conditional_law", "sampling_law"]
+__all__ = ["TerminalLaw", "grammar_conditional_law", "sampling_law", "sequence_law"]
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,37 @@ def sampling_law(
         phi,
     )
     return TerminalLaw({k: math.exp(v) for k, v in logs.items()}, residual, forwards)
+
+
+def sequence_law(
+    model: Any, prompt: tuple[int, ...], sequences: Any, *, batch_size: int = 32
+) -> TerminalLaw:
+    """μ* restricted to ``sequences``: p(x | prompt) renormalised over them, from likelihoods
+    alone (no grammar, no Φ); an independent reference for a law on the same support.
+
+    Example:
+        >>> from hf_fvo.eval import sequence_law
+        >>> from hf_fvo.models import tiny_random_llama
+        >>> law = sequence_law(tiny_random_llama(8), (1,), [(3, 2), (4, 5, 2)])
+        >>> round(sum(law.probs.values()), 12)
+        1.0
+    """
+    lm = PrefixLM.wrap(model, batch_size=batch_size)
+    sequences = [tuple(s) for s in sequences]
+    needed: dict[tuple[int, ...], set[int]] = {}
+    for seq in sequences:
+        for i, tok in enumerate(seq):
+            needed.setdefault(seq[:i], set()).add(tok)
+    step: dict[tuple[tuple[int, ...], int], float] = {}
+    prefixes = list(needed)
+    for start in range(0, len(prefixes), 256):  # bounded memory: keep only needed entries
+        chunk = prefixes[start : start + 256]
+        for prefix, row in zip(chunk, lm.next_logprobs(prompt, chunk), strict=True):
+            for tok in needed[prefix]:
+                step[(prefix, tok)] = float(row[tok])
+    logs = np.array([sum(step[(s[:i], t)] for i, t in enumerate(s)) for s in sequences])
+    z = np.logaddexp.reduce(logs)
+    return TerminalLaw({s: math.exp(v - z) for s, v in zip(sequences, logs, strict=True)})
 
 
 def _explore(

@@ -130,3 +130,18 @@ def test_processor_keeps_scalar_diagnostics_per_prefix(smol_tokenizer):
     assert isinstance(diag, PhiDiagnostics) and 0.0 < diag.mean_phi <= 1.0
     assert diag.dispersion > 0 and diag.delta is None and diag.tv_bound == float("inf")
     assert proc.step_at((5,)) is None
+
+
+def test_generate_wrapper_rejects_bad_arguments(tiny_model, smol_tokenizer):
+    import hf_fvo
+
+    g = Grammar.from_choices(CHOICES, smol_tokenizer, vocab_size=tiny_model.config.vocab_size)
+    prompt = torch.tensor([[1, 100]])
+    with pytest.raises(ValueError, match="unknown phi"):
+        hf_fvo.generate(tiny_model, prompt, grammar=g, phi="magic", max_new_tokens=4)
+    with pytest.raises(ValueError, match="input_ids"):
+        hf_fvo.generate(tiny_model, grammar=g, max_new_tokens=4)
+    infinite = Grammar.from_regex(r"(ab)+", smol_tokenizer, vocab_size=tiny_model.config.vocab_size)
+    proc = hf_fvo.FVOLogitsProcessor(infinite, "exact", tiny_model, prompt_length=2)
+    with pytest.raises(ValueError, match="infinite"):
+        proc(prompt, torch.zeros(1, tiny_model.config.vocab_size))
