@@ -11,12 +11,27 @@ from hf_fvo.cli import main
 
 
 def test_demo_generates_a_member_of_the_schema_language(capsys):
-    assert main(["demo", "--max-new-tokens", "48"]) == 0
+    assert main(["demo", "--max-new-tokens", "48", "--samples", "0"]) == 0
     out = capsys.readouterr().out
     masked = next(line for line in out.splitlines() if line.startswith("grammar-masked"))
     text = masked.split(": ", 1)[1]
     assert set(json.loads(ast.literal_eval(text))) == {"name", "age", "mood"}
     assert "member of the schema language: True" in out
+
+
+def test_demo_shows_each_branch_under_both_laws_and_fvo_spec_samples(capsys):
+    assert main(["demo", "--max-new-tokens", "8", "--samples", "4"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.rsplit(maxsplit=3) for line in out.splitlines() if line.startswith('{"status"')]
+    assert sorted(json.loads(r[0])["status"] for r in rows) == ["error", "ok", "pending"]
+    proj, star, sampled = ([float(r[i]) for r in rows] for i in (1, 2, 3))
+    assert sum(star) == pytest.approx(1.0, abs=2e-3)  # three rounded cells
+    assert sum(proj) == pytest.approx(1.0, abs=2e-3)
+    assert sum(sampled) == pytest.approx(1.0) and all(4 * f == int(4 * f) for f in sampled)
+    tv = float(out.split("TV(μ_proj, μ*) over strings = ")[1].split(";")[0])
+    assert tv == pytest.approx(
+        0.5 * sum(abs(a - b) for a, b in zip(proj, star, strict=True)), abs=3e-3
+    )
 
 
 @pytest.mark.parametrize(

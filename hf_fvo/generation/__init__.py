@@ -1,6 +1,14 @@
-"""The Transformers side: logits processors that apply the grammar and Φ̂ inside ``generate``."""
+"""The Transformers side: logits processors that apply the grammar and Φ̂ inside ``generate``,
+and the grammar-aware draft of FVO-Spec (speculative decoding that samples μ*)."""
 
 from hf_fvo.generation.generate import generate
 from hf_fvo.generation.processors import FVOLogitsProcessor, GrammarLogitsProcessor
+from hf_fvo.generation.speculative import GrammarAwareCandidateGenerator, SpeculationStats
 
-__all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor", "generate"]
+__all__ = [
+    "FVOLogitsProcessor",
+    "GrammarAwareCandidateGenerator",
+    "GrammarLogitsProcessor",
+    "SpeculationStats",
+    "generate",
+]

@@ -1,0 +1,232 @@
+"""FVO-Spec: speculative decoding whose verifier samples p_t·Φ̂_t on the grammar.
+
+Transformers' assisted generation verifies draft tokens with the Leviathan rule against the
+*processed* target distribution, and that rule is exact for whatever target it is given (seed 000
+Prop. 6). With :class:`~hf_fvo.generation.FVOLogitsProcessor` among the target's processors the
+target is μ̂_t ∝ p_t·Φ̂_t, so assisted sampling draws μ* when Φ̂ is exact — and μ_proj, like every
+masking engine, when Φ̂ ≡ 1.
+
+:class:`GrammarAwareCandidateGenerator` is the draft side: the draft samples from its own
+grammar-masked (optionally Φ̂-reweighted) distribution and reports exactly the processed logits it
+sampled from, with the target's warpers applied once (Transformers applies them twice).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import LogitsProcessorList
+from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+from hf_fvo.generation.processors import FVOLogitsProcessor
+from hf_fvo.phi import PhiEstimator, admissible_mask
+
+__all__ = ["GrammarAwareCandidateGenerator", "SpeculationStats"]
+
+# generation-config fields from which generate() builds warpers (appended after custom
+# processors), at values that build none; None would be refilled from the global defaults
+# (top_k=50)
+_NEUTRAL_WARPERS = {
+    "temperature": 1.0,
+    "top_h": None,
+    "top_k": 0,
+    "top_p": 1.0,
+    "min_p": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+}
+
+
+@dataclass
+class SpeculationStats:
+    """Per-round draft and accept counts of one assisted ``generate`` call.
+
+    ``proposed`` counts the tokens the draft model sampled; ``drafted`` those sent to the target
+    (a blind draft is cut at its first token outside the grammar, which the target would reject
+    anyway); ``accepted`` the draft tokens the target kept; ``emitted`` the tokens the round
+    added to the output (the accepted ones plus the target's own, unless an accepted EOS or the
+    length limit ended generation).
+
+    Example:
+        >>> from hf_fvo.generation import SpeculationStats
+        >>> stats = SpeculationStats(proposed=[4, 4], drafted=[4, 2], accepted=[4, 1],
+        ...                          emitted=[5, 2])
+        >>> stats.acceptance_rate, stats.rounds, stats.tokens_per_round
+        (0.625, 2, 3.5)
+    """
+
+    proposed: list[int] = field(default_factory=list)
+    drafted: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)
+    emitted: list[int] = field(default_factory=list)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.accepted)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted ÷ proposed draft tokens (nan before the first round)."""
+        total = sum(self.proposed)
+        return sum(self.accepted) / total if total else float("nan")
+
+    @property
+    def tokens_per_round(self) -> float:
+        """Mean tokens emitted per target forward."""
+        return sum(self.emitted) / self.rounds if self.rounds else float("nan")
+
+
+class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
+    """Drafts grammar-admissible tokens for a target constrained by an ``FVOLogitsProcessor``.
+
+    The target's prepared ``logits_processor`` must contain the target's
+    :class:`~hf_fvo.generation.FVOLogitsProcessor`. The draft runs the same list with that
+    processor replaced by a draft one, and Transformers' own sampling warpers disabled on the
+    draft's config, so the target's warpers act once on the draft (not twice).
+
+    Args:
+        input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor,
+            logits_processor: As for ``AssistedCandidateGenerator``.
+        draft_phi: The draft's Φ̂: ``None`` (grammar mask only), ``"same"`` (the target's
+            estimator object, e.g. shared exact tables), or an estimator name/instance run on the
+            draft's logits (``"onestep"``).
+        blind: Draft without the grammar (for comparison); drafts are cut at their first
+            inadmissible token.
+        num_assistant_tokens: Draft length per round (default: the draft's generation config).
+        stats: Filled with per-round counts (a fresh :class:`SpeculationStats` by default).
+
+    Example:
+        >>> import torch
+        >>> import hf_fvo
+        >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
+        >>> tok = load_default_tokenizer()
+        >>> target = tiny_random_llama(len(tok), eos_token_id=2)
+        >>> draft = tiny_random_llama(len(tok), eos_token_id=2, seed=1)
+        >>> g = hf_fvo.Grammar.from_choices(["yes", "no"], tok)
+        >>> out = hf_fvo.generate(target, torch.tensor([[1, 5]]), grammar=g, phi="exact",
+        ...                       assistant_model=draft, max_new_tokens=4, do_sample=True,
+        ...                       return_dict_in_generate=True)
+        >>> tok.decode(out.sequences[0, 2:], skip_special_tokens=True) in {"yes", "no"}
+        True
+        >>> out.speculation.rounds >= 1
+        True
+    """
+
+    def __init__(
+        self,
+        input_ids: torch.LongTensor,
+        assistant_model: Any,
+        generation_config: Any,
+        model_kwargs: dict,
+        inputs_tensor: torch.Tensor | None = None,
+        logits_processor: LogitsProcessorList | None = None,
+        *,
+        draft_phi: str | PhiEstimator | None = None,
+        blind: bool = False,
+        num_assistant_tokens: int | None = None,
+        stats: SpeculationStats | None = None,
+    ) -> None:
+        super().__init__(
+            input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor,
+            logits_processor,
+        )  # fmt: skip
+        targets = [p for p in self.logits_processor if isinstance(p, FVOLogitsProcessor)]
+        if len(targets) != 1:
+            raise ValueError(
+                "GrammarAwareCandidateGenerator needs exactly one FVOLogitsProcessor among the "
+                f"target's logits processors, found {len(targets)}"
+            )
+        self.target_processor = target = targets[0]
+        if target.prompt_length is None:
+            target.prompt_length = input_ids.shape[1]
+        self.blind = bool(blind)
+        self.draft_processor = (
+            None if blind else _draft_processor(target, draft_phi, assistant_model)
+        )
+        self.logits_processor = LogitsProcessorList(
+            self.draft_processor if p is target else p
+            for p in self.logits_processor
+            if p is not target or self.draft_processor is not None
+        )
+        for name, value in _NEUTRAL_WARPERS.items():  # the target's are in the list already
+            if hasattr(self.generation_config, name):
+                setattr(self.generation_config, name, value)
+        if num_assistant_tokens is not None:
+            if not isinstance(num_assistant_tokens, int) or num_assistant_tokens < 1:
+                raise ValueError(
+                    f"num_assistant_tokens must be a positive int, got {num_assistant_tokens!r}"
+                )
+            self.num_assistant_tokens = num_assistant_tokens
+            self.assistant_generation_config.num_assistant_tokens_schedule = "constant"
+        self.stats = stats if stats is not None else SpeculationStats()
+
+    def get_candidates(
+        self, input_ids: torch.LongTensor, **kwargs: Any
+    ) -> tuple[torch.LongTensor, torch.Tensor | None]:
+        candidate_ids, candidate_logits = super().get_candidates(input_ids, **kwargs)
+        proposed = candidate_ids.shape[1] - input_ids.shape[1]
+        keep = self._admissible_run(candidate_ids[0].tolist(), input_ids.shape[1])
+        if keep < proposed:
+            candidate_ids = candidate_ids[:, : input_ids.shape[1] + keep]
+            # no draft left: the target samples its own token (candidate logits None)
+            candidate_logits = (
+                candidate_logits[:, :keep] if keep and candidate_logits is not None else None
+            )
+        self.stats.proposed.append(proposed)
+        self.stats.drafted.append(keep)
+        self._round = (input_ids.shape[1], candidate_ids[0, input_ids.shape[1] :].tolist())
+        return candidate_ids, candidate_logits
+
+    def update_candidate_strategy(
+        self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int
+    ) -> None:
+        super().update_candidate_strategy(input_ids, scores, num_matches)
+        start, draft = self._round
+        new = input_ids[0, start:].tolist()
+        # the target's token at the first rejection never equals the rejected draft token
+        # (Leviathan resamples from max(0, p − q), which is 0 there), so the accepted drafts are
+        # the common prefix; Transformers' num_matches undercounts an accepted EOS
+        accepted = 0
+        while accepted < min(len(new), len(draft)) and new[accepted] == draft[accepted]:
+            accepted += 1
+        self.stats.accepted.append(accepted)
+        self.stats.emitted.append(len(new))
+
+    def _admissible_run(self, ids: list[int], start: int) -> int:
+        """How many draft tokens from ``start`` on stay admissible for the target."""
+        target = self.target_processor
+        g = target.grammar
+        prompt_length = target.prompt_length
+        for i in range(start, len(ids)):
+            generated = tuple(ids[prompt_length:i])
+            state = target.state_of(generated)
+            if state == g.terminal_state:
+                return i - start
+            remaining = (
+                None if target.max_new_tokens is None else target.max_new_tokens - len(generated)
+            )
+            token = ids[i]
+            if token >= g.vocab_size or not bool(admissible_mask(g, state, remaining)[token]):
+                return i - start
+        return len(ids) - start
+
+
+def _draft_processor(
+    target: FVOLogitsProcessor, draft_phi: str | PhiEstimator | None, draft: Any
+) -> FVOLogitsProcessor:
+    if draft_phi is None:
+        phi: str | PhiEstimator = "uniform"
+    elif isinstance(draft_phi, str) and draft_phi == "same":
+        phi = target.estimator
+    else:
+        phi = draft_phi
+    return FVOLogitsProcessor(
+        target.grammar,
+        phi=phi,
+        model=draft,
+        prompt_length=target.prompt_length,
+        max_new_tokens=target.max_new_tokens,
+    )

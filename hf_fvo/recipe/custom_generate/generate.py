@@ -1,0 +1,28 @@
+"""hf_fvo as a Transformers ``custom_generate`` recipe.
+
+    model.generate(input_ids, custom_generate=hf_fvo.recipe.CUSTOM_GENERATE, trust_remote_code=True,
+                   grammar=g, phi="exact", assistant_model=draft, do_sample=True, max_new_tokens=32)
+
+Keywords added to ``generate``: ``grammar`` (an ``hf_fvo.Grammar``, required), ``phi``
+(``"uniform"``, ``"onestep"``, ``"onestep_true"``, ``"exact"`` or an estimator), and with
+``assistant_model=``: ``draft_phi``, ``blind_draft``, ``num_assistant_tokens``. Everything else is
+``model.generate``'s own; see ``hf_fvo.generate``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+    from hf_fvo.generation import generate as fvo_generate
+
+    if kwargs.get("grammar") is None:
+        raise ValueError("the hf_fvo custom_generate recipe needs grammar=<hf_fvo.Grammar>")
+    inputs = args[0] if args else kwargs.pop("inputs", None)
+    kwargs.pop("inputs", None)
+    if inputs is None:
+        inputs = kwargs.pop("input_ids", None)
+    # generate() hands over every one of its parameters; keep those the caller set
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    return fvo_generate(model, inputs, **kwargs)

@@ -1,0 +1,179 @@
+"""FVO-Spec through assisted generation: the verifier's target decides the law, the draft only the
+speed.
+
+Sampling tests use thresholds from the null distribution (the 95th percentile of TV between N
+draws from the exact law and the law itself) with a power check against the other law, as in
+test_sampling_laws.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LogitsProcessorList
+
+import hf_fvo
+from hf_fvo import Grammar
+from hf_fvo.eval import empirical_tv, grammar_conditional_law, null_tv_percentiles, sampling_law
+from hf_fvo.generation import FVOLogitsProcessor, GrammarAwareCandidateGenerator
+from hf_fvo.phi import ExactPhi
+from hf_fvo.recipe import CUSTOM_GENERATE
+from tests.lms import tiny_llama
+
+N = 5000
+CHOICES = ["ab", "abc", "ba", "bca", "cab", "c"]
+PROMPT = (1, 5, 9)
+MAX_NEW = 8
+
+
+@pytest.fixture(scope="module")
+def setting(sp_tokenizer):
+    eos = sp_tokenizer.eos_token_id
+    target = tiny_llama(len(sp_tokenizer), eos, seed=1)
+    draft = tiny_llama(len(sp_tokenizer), eos, seed=2)
+    grammar = Grammar.from_choices(CHOICES, sp_tokenizer, vocab_size=target.config.vocab_size)
+    star = grammar_conditional_law(grammar, target, PROMPT, max_new_tokens=MAX_NEW)
+    proj = sampling_law(grammar, target, PROMPT, "uniform", max_new_tokens=MAX_NEW)
+    return target, draft, grammar, star, proj
+
+
+def _spec(target, draft, grammar, phi, n=1, seed=0, **kwargs):
+    """n FVO-Spec samples (batch 1, as assisted generation requires) and their stats."""
+    torch.manual_seed(seed)
+    ids = torch.tensor([PROMPT])
+    samples, stats = [], []
+    for _ in range(n):
+        out = hf_fvo.generate(
+            target, ids, grammar=grammar, phi=phi, assistant_model=draft,
+            max_new_tokens=MAX_NEW, return_dict_in_generate=True, **kwargs,
+        )  # fmt: skip
+        row = out.sequences[0, len(PROMPT) :].tolist()
+        samples.append(tuple(row[: row.index(grammar.eos_token_id) + 1]))
+        stats.append(out.speculation)
+    return samples, stats
+
+
+@pytest.mark.parametrize(
+    ("phi", "draft_kwargs", "law", "other"),
+    [
+        ("exact", {"draft_phi": "onestep"}, 3, 4),  # Φ̂-reweighted draft, exact verifier → μ*
+        ("uniform", {"blind_draft": True}, 4, 3),  # unconstrained draft, masking verifier → μ_proj
+    ],
+)
+def test_assisted_sampling_draws_the_verifiers_law(setting, phi, draft_kwargs, law, other):
+    target, draft, grammar = setting[:3]
+    if phi == "exact":  # one exploration shared by the N calls
+        phi = ExactPhi(grammar, target, tol=0.0)
+    samples, stats = _spec(
+        target, draft, grammar, phi, n=N, do_sample=True, top_k=0, num_assistant_tokens=3,
+        **draft_kwargs,
+    )  # fmt: skip
+    p95, _ = null_tv_percentiles(setting[law], N, seed=1)
+    _, p99_other = null_tv_percentiles(setting[other], N, seed=2)
+    assert empirical_tv(samples, setting[law]) <= p95
+    assert empirical_tv(samples, setting[other]) > p99_other  # the test has power
+    accepted = sum(sum(s.accepted) for s in stats)
+    assert 0 < accepted < sum(sum(s.proposed) for s in stats)  # drafts are used, not all kept
+
+
+@pytest.mark.parametrize("phi", ["uniform", "onestep", "exact"])
+def test_greedy_assisted_output_equals_plain_greedy(setting, sp_tokenizer, phi):
+    grammar, eos = setting[2], sp_tokenizer.eos_token_id
+    # float64 copies: no near-ties that the two paths' rounding could break differently
+    target64 = tiny_llama(len(sp_tokenizer), eos, seed=1).double()
+    draft64 = tiny_llama(len(sp_tokenizer), eos, seed=2).double()
+    for prompt in (PROMPT, (1, 7), (1, 4, 4, 8)):
+        ids = torch.tensor([prompt])
+        plain = hf_fvo.generate(
+            target64, ids, grammar=grammar, phi=phi, max_new_tokens=MAX_NEW, do_sample=False
+        )
+        spec = hf_fvo.generate(
+            target64, ids, grammar=grammar, phi=phi, assistant_model=draft64,
+            max_new_tokens=MAX_NEW, do_sample=False,
+        )  # fmt: skip
+        assert torch.equal(plain, spec)
+
+
+def test_identical_draft_is_always_accepted_under_temperature(setting):
+    """The draft reports the distribution it sampled, with the target's warpers applied once:
+    with the target's own weights and Φ̂ every token passes (with warpers applied twice, as
+    Transformers does by default, temperature 0.5 becomes 0.25 and tokens get rejected)."""
+    target, _, grammar = setting[:3]
+    phi = ExactPhi(grammar, target, tol=0.0)
+    _, stats = _spec(
+        target, target, grammar, phi, n=40, do_sample=True, temperature=0.5, top_k=0,
+        draft_phi="same", num_assistant_tokens=4,
+    )  # fmt: skip
+    assert sum(sum(s.proposed) for s in stats) > 40
+    assert all(s.accepted == s.drafted == s.proposed for s in stats)
+
+
+def test_round_counts_add_up_to_the_output(setting):
+    target, draft, grammar = setting[:3]
+    samples, stats = _spec(
+        target, draft, grammar, "onestep", n=30, do_sample=True, num_assistant_tokens=2
+    )
+    for seq, s in zip(samples, stats, strict=True):
+        assert len(seq) == sum(s.emitted)
+        rounds = zip(s.accepted, s.emitted, s.drafted, s.proposed, strict=True)
+        # each round: the accepted drafts plus the target's token, unless an accepted EOS ended it
+        assert all(a <= e <= a + 1 and a <= d <= p <= 2 for a, e, d, p in rounds)
+        assert 0.0 <= s.acceptance_rate <= 1.0
+
+
+def test_blind_drafts_are_cut_at_their_first_inadmissible_token(setting):
+    target, draft, grammar = setting[:3]
+    samples, stats = _spec(
+        target, draft, grammar, "uniform", n=30, do_sample=True, blind_draft=True,
+        num_assistant_tokens=3,
+    )  # fmt: skip
+    assert all(seq in setting[4].probs for seq in samples)  # still in the language
+    assert any(d < p for s in stats for d, p in zip(s.drafted, s.proposed, strict=True))
+
+
+def test_draft_samples_only_admissible_tokens(setting):
+    target, draft, grammar = setting[:3]
+    _, stats = _spec(target, draft, grammar, "uniform", n=30, do_sample=True)
+    assert all(s.drafted == s.proposed for s in stats)
+
+
+def test_custom_generate_recipe_matches_hf_fvo_generate(setting):
+    target, draft, grammar = setting[:3]
+    ids = torch.tensor([PROMPT])
+    expected = hf_fvo.generate(
+        target, ids, grammar=grammar, phi="exact", assistant_model=draft,
+        max_new_tokens=MAX_NEW, do_sample=False,
+    )  # fmt: skip
+    out = target.generate(
+        ids, custom_generate=CUSTOM_GENERATE, trust_remote_code=True, grammar=grammar,
+        phi="exact", assistant_model=draft, max_new_tokens=MAX_NEW, do_sample=False,
+    )  # fmt: skip
+    assert torch.equal(out, expected)
+
+
+def test_bad_speculative_input_is_refused(setting):
+    target, draft, grammar = setting[:3]
+    ids = torch.tensor([PROMPT])
+    with pytest.raises(ValueError, match="need assistant_model"):
+        hf_fvo.generate(target, ids, grammar=grammar, draft_phi="onestep", max_new_tokens=4)
+    with pytest.raises(ValueError, match="positive int"):
+        hf_fvo.generate(
+            target, ids, grammar=grammar, assistant_model=draft, num_assistant_tokens=0,
+            max_new_tokens=4,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="batch_size = 1"):
+        hf_fvo.generate(
+            target, ids.repeat(2, 1), grammar=grammar, assistant_model=draft, max_new_tokens=4
+        )
+    with pytest.raises(ValueError, match="needs grammar="):
+        target.generate(ids, custom_generate=CUSTOM_GENERATE, trust_remote_code=True)
+    processors = LogitsProcessorList([])
+    with pytest.raises(ValueError, match="exactly one FVOLogitsProcessor"):
+        GrammarAwareCandidateGenerator(
+            ids, draft, target.generation_config, {}, logits_processor=processors
+        )
+    both = LogitsProcessorList([FVOLogitsProcessor(grammar), FVOLogitsProcessor(grammar)])
+    with pytest.raises(ValueError, match="found 2"):
+        GrammarAwareCandidateGenerator(
+            ids, draft, target.generation_config, {}, logits_processor=both
+        )
