@@ -15,7 +15,7 @@ import time
 import torch
 import transformers
 from docs_section import write_section
-from schemas import SCHEMAS, prompt_ids
+from schemas import SCHEMAS, compiled
 
 from hf_fvo import Grammar, GrammarTooLargeError
 from hf_fvo.eval import grammar_conditional_law, sampling_law, sequence_law
@@ -49,9 +49,7 @@ def run(keys: list[str], proj_tol: float, max_nodes: int) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in keys:
-        schema = SCHEMAS[key]
-        prompt = prompt_ids(tok, schema)
-        g = Grammar.from_json_schema(schema, tok, whitespace="", vocab_size=model.config.vocab_size)
+        prompt, g = compiled(key, tok, model.config.vocab_size)
         t0 = time.perf_counter()
         before = lm.forwards
         tol = TOLS[key[0]]

@@ -26,7 +26,7 @@ import time
 import torch
 import transformers
 from docs_section import write_section
-from schemas import SCHEMAS, prompt_ids, select
+from schemas import SCHEMAS, compiled, prompt_ids, select
 
 import hf_fvo
 from hf_fvo import Grammar
@@ -67,9 +67,7 @@ def exactness(
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for key in keys:
-        schema = SCHEMAS[key]
-        prompt = prompt_ids(tok, schema)
-        g = Grammar.from_json_schema(schema, tok, whitespace="", vocab_size=model.config.vocab_size)
+        prompt, g = compiled(key, tok, model.config.vocab_size)
         text = lambda seq: tok.decode(seq, skip_special_tokens=True)  # noqa: E731
         t0 = time.perf_counter()
         lm = PrefixLM(model, batch_size=64, cache_rows=20_000)
@@ -179,9 +177,7 @@ def acceptance(tok, model, draft, n: int, gamma: int) -> list[str]:
 
 def throughput(tok, model, draft, n: int, gamma: int) -> list[str]:
     key = "C action/target (18)"
-    schema = SCHEMAS[key]
-    prompt = prompt_ids(tok, schema)
-    g = Grammar.from_json_schema(schema, tok, whitespace="", vocab_size=model.config.vocab_size)
+    prompt, g = compiled(key, tok, model.config.vocab_size)
     ids = torch.tensor([prompt])
     t0 = time.perf_counter()
     exact = ExactPhi(g, PrefixLM(model, batch_size=64), tol=1e-6, max_nodes=200_000)

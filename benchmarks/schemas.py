@@ -61,3 +61,12 @@ def prompt_ids(tokenizer: Any, schema: dict[str, Any]) -> tuple[int, ...]:
     messages = [{"role": "user", "content": f"Reply with a JSON object with {props}."}]
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=True)
     return tuple(out["input_ids"])
+
+
+def compiled(key: str, tokenizer: Any, vocab_size: int) -> tuple[tuple[int, ...], Any]:
+    """(prompt ids, grammar) for schema ``key``, whitespace-free JSON."""
+    from hf_fvo import Grammar
+
+    schema = SCHEMAS[key]
+    grammar = Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size)
+    return prompt_ids(tokenizer, schema), grammar

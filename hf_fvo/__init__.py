@@ -2,11 +2,18 @@
 grammar-conditional distribution μ* rather than the locally masked μ_proj.
 
 Layout follows the math: ``grammar`` (admissible sets A_t) → ``phi`` (future-validity
-estimators Φ̂) → ``generation`` (Transformers side); ``eval`` reads all three; ``models`` loads
-the embedded default model.
+estimators Φ̂) → ``generation`` (Transformers side: processors, FVO-Spec drafting); ``eval``
+reads all three; ``models`` loads the embedded default model; ``recipe`` is the
+``custom_generate`` folder for ``model.generate``.
 """
 
-from hf_fvo.generation import FVOLogitsProcessor, GrammarLogitsProcessor, generate
+from hf_fvo.generation import (
+    FVOLogitsProcessor,
+    GrammarAwareCandidateGenerator,
+    GrammarLogitsProcessor,
+    SpeculationStats,
+    generate,
+)
 from hf_fvo.grammar import (
     EmptyLanguageError,
     Grammar,
@@ -27,12 +34,14 @@ __all__ = [
     "EmptyLanguageError",
     "FVOLogitsProcessor",
     "Grammar",
+    "GrammarAwareCandidateGenerator",
     "GrammarError",
     "GrammarLogitsProcessor",
     "GrammarTooLargeError",
     "InfiniteLanguageError",
     "InvalidRegexError",
     "OutOfGrammarError",
+    "SpeculationStats",
     "TokenTrie",
     "TokenVocabulary",
     "TokenizerError",

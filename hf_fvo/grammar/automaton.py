@@ -100,6 +100,7 @@ class Grammar:
         self._lookup_tok = torch.from_numpy(lookup_tok)
         self._lookup_dst = torch.from_numpy(lookup_dst)
         self._distance, self._finite = _distances_and_finiteness(n, group_ptr, group_dst, accepting)
+        self._longest: np.ndarray | None = None
         self._init_views()
         self._check_invariants()
 
@@ -405,6 +406,27 @@ class Grammar:
         """Fewest tokens (EOS not counted) that take ``state`` to an accepting state."""
         return int(self._distance[self._check_state(state)])
 
+    def max_tokens_to_accept(self, state: int) -> int | None:
+        """Most tokens (EOS not counted) on a path from ``state`` to acceptance; ``None`` when
+        the language is infinite. A budget of this plus one (for EOS) never binds.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_choices(["ab", "abcd"], load_default_tokenizer())
+            >>> g.max_tokens_to_accept(g.initial_state)  # one token per character at most
+            4
+        """
+        state = self._check_state(state)
+        if not self._finite:
+            return None
+        if getattr(self, "_longest", None) is None:  # computed on first use
+            self._longest = _longest_paths(
+                self.num_states, self._group_ptr.numpy(), self._group_dst.numpy(),
+                self._accepting.numpy(),
+            )  # fmt: skip
+        return max(int(self._longest[state]), 0)
+
     def can_accept_within(self, state: int, n: int) -> bool:
         """Whether an accepting state is reachable from ``state`` within ``n`` more tokens.
 
@@ -480,6 +502,34 @@ def _check_count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise GrammarError(f"{name} must be a non-negative int, got {value!r}")
     return int(value)
+
+
+def _longest_paths(
+    n: int, group_ptr: np.ndarray, group_dst: np.ndarray, accepting: np.ndarray
+) -> np.ndarray:
+    """Longest token path to acceptance from each state of an acyclic automaton."""
+    longest = np.full(n, -1, dtype=np.int64)
+
+    def visit(s: int) -> int:  # iterative post-order: depth can reach the string length
+        stack = [(s, False)]
+        while stack:
+            node, done = stack.pop()
+            if longest[node] >= 0:
+                continue
+            dsts = [int(d) for d in group_dst[group_ptr[node] : group_ptr[node + 1]]]
+            if done:
+                best = 0 if accepting[node] else -(10**9)
+                for d in dsts:
+                    best = max(best, int(longest[d]) + 1)
+                longest[node] = best
+            else:
+                stack.append((node, True))
+                stack.extend((d, False) for d in dsts if longest[d] < 0)
+        return int(longest[s])
+
+    for s in range(n):
+        visit(s)
+    return longest
 
 
 def _distances_and_finiteness(

@@ -138,6 +138,9 @@ class ExactPhi(PhiEstimator):
         if not ctx.prompt:
             raise ValueError("the exact estimator needs the prompt token ids (PhiContext.prompt)")
         budget = None if ctx.remaining is None else ctx.remaining + len(ctx.generated)
+        longest = self.grammar.max_tokens_to_accept(self.grammar.initial_state)
+        if budget is not None and longest is not None and budget > longest:
+            budget = None  # every member fits with its EOS: the budget never binds
         key = (ctx.prompt, budget)
         if key in self._explorations:
             self._explorations.move_to_end(key)
@@ -146,7 +149,7 @@ class ExactPhi(PhiEstimator):
             # a node at the explored edge (every child unexplored) is explored afresh below it
             if node is not None and bool(torch.isfinite(node.log_phi_lo).any()):
                 return exploration
-        root_budget = ctx.remaining
+        root_budget = None if budget is None else ctx.remaining
         if root_budget is None and not self.grammar.is_finite:
             raise ValueError(
                 f"{self.grammar.source} is infinite: the exact estimator needs a token budget "

@@ -11,29 +11,15 @@ import pytest
 import torch
 
 import hf_fvo
-from hf_fvo import Grammar
-from hf_fvo.eval import (
-    empirical_tv,
-    grammar_conditional_law,
-    null_tv_percentiles,
-    sampling_law,
-)
-from tests.lms import tiny_llama
+from hf_fvo.eval import empirical_tv, null_tv_percentiles
+from tests.generation.finite import MAX_NEW, PROMPT, N, finite_setting
 
-N = 5000
 BATCH = 1000
-CHOICES = ["ab", "abc", "ba", "bca", "cab", "c"]
-PROMPT = (1, 5, 9)
-MAX_NEW = 8
 
 
 @pytest.fixture(scope="module")
 def setting(sp_tokenizer):
-    model = tiny_llama(len(sp_tokenizer), sp_tokenizer.eos_token_id, seed=1)
-    grammar = Grammar.from_choices(CHOICES, sp_tokenizer, vocab_size=model.config.vocab_size)
-    star = grammar_conditional_law(grammar, model, PROMPT, max_new_tokens=MAX_NEW)
-    proj = sampling_law(grammar, model, PROMPT, "uniform", max_new_tokens=MAX_NEW)
-    return model, grammar, star, proj
+    return finite_setting(sp_tokenizer)
 
 
 def _sample(model, grammar, phi, seed):

@@ -13,27 +13,19 @@ import torch
 from transformers import LogitsProcessorList
 
 import hf_fvo
-from hf_fvo import Grammar
-from hf_fvo.eval import empirical_tv, grammar_conditional_law, null_tv_percentiles, sampling_law
+from hf_fvo.eval import empirical_tv, null_tv_percentiles
 from hf_fvo.generation import FVOLogitsProcessor, GrammarAwareCandidateGenerator
 from hf_fvo.phi import ExactPhi
 from hf_fvo.recipe import CUSTOM_GENERATE
+from tests.generation.finite import MAX_NEW, PROMPT, N, finite_setting
 from tests.lms import tiny_llama
-
-N = 5000
-CHOICES = ["ab", "abc", "ba", "bca", "cab", "c"]
-PROMPT = (1, 5, 9)
-MAX_NEW = 8
 
 
 @pytest.fixture(scope="module")
 def setting(sp_tokenizer):
-    eos = sp_tokenizer.eos_token_id
-    target = tiny_llama(len(sp_tokenizer), eos, seed=1)
-    draft = tiny_llama(len(sp_tokenizer), eos, seed=2)
-    grammar = Grammar.from_choices(CHOICES, sp_tokenizer, vocab_size=target.config.vocab_size)
-    star = grammar_conditional_law(grammar, target, PROMPT, max_new_tokens=MAX_NEW)
-    proj = sampling_law(grammar, target, PROMPT, "uniform", max_new_tokens=MAX_NEW)
+    """(target, draft, grammar, μ*, μ_proj): the draft is another random model."""
+    target, grammar, star, proj = finite_setting(sp_tokenizer, seed=1)
+    draft = tiny_llama(len(sp_tokenizer), sp_tokenizer.eos_token_id, seed=2)
     return target, draft, grammar, star, proj
 
 
