@@ -14,7 +14,7 @@ import time
 
 import torch
 import transformers
-from docs_section import write_section
+from docs_section import DOCS, write_section
 from schemas import SCHEMAS, compiled
 
 from hf_fvo import Grammar, GrammarTooLargeError
@@ -113,7 +113,27 @@ def main() -> None:
     table = run(keys, args.proj_tol, args.max_nodes)
     print(table)
     if args.write:
+        table = keep_other_rows(table, [k[0] for k in keys])
         print(f"wrote {write_section(SECTION, table)}")
+
+
+def keep_other_rows(table: str, ran: list[str]) -> str:
+    """The new table plus the recorded rows of schemas not run this time (key order)."""
+    old = DOCS.read_text() if DOCS.exists() else ""
+    start = old.find(SECTION)
+    if start < 0:
+        return table
+    end = old.find("\n## ", start + len(SECTION))
+    recorded = [line for line in old[start : end if end >= 0 else None].splitlines()
+                if line.startswith("| ") and line[2:3] in TOLS and line[2] not in ran]  # fmt: skip
+    lines = table.splitlines()
+    rows = [line for line in lines if line.startswith("| ") and line[2:3] in TOLS]
+    if not rows:
+        return table
+    first = lines.index(rows[0])
+    merged = sorted(rows + recorded, key=lambda line: line[2])
+    rest = [line for line in lines[first:] if line not in rows]
+    return "\n".join(lines[:first] + merged + rest) + "\n"
 
 
 if __name__ == "__main__":

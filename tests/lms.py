@@ -1,34 +1,34 @@
-"""Small language models built in the tests: a bigram LM with a table we control, and a tiny
-random Llama."""
+"""Small language models built in the tests: a bigram (Markov) LM with a table we control, and a
+tiny random Llama."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import torch
 
-from hf_fvo.models import tiny_random_llama
+from hf_fvo.models import MarkovConfig, MarkovLM, tiny_random_llama
 
 
-class BigramLM(torch.nn.Module):
-    """logits(next | prefix) = table[last token]: a Markov model with exactly known laws.
-
-    It answers the keyword interface ``PrefixLM`` uses (``input_ids``, ``attention_mask``).
-    """
+class BigramLM(MarkovLM):
+    """An order-1 :class:`~hf_fvo.models.MarkovLM` built from a logits table we control:
+    logits(next | prefix) = table[last token], so laws are exactly known. A real Transformers
+    model, so ``PrefixLM`` runs it with its key/value cache like any other."""
 
     def __init__(self, table: torch.Tensor) -> None:
-        super().__init__()
-        self.table = torch.nn.Parameter(table.float(), requires_grad=False)
+        super().__init__(MarkovConfig(vocab_size=table.shape[-1], order=1))
+        with torch.no_grad():
+            self.log_probs.copy_(torch.log_softmax(table.double(), dim=-1))
+        self.eval()
 
-    def forward(self, input_ids, attention_mask=None, **_):
-        return SimpleNamespace(logits=self.table[input_ids])
+    @property
+    def table(self) -> torch.Tensor:
+        """The normalised log-probabilities (valid logits)."""
+        return self.log_probs.detach()
 
     def logprob(self, prompt: tuple[int, ...], seq: tuple[int, ...]) -> float:
         """log p(seq | prompt), computed directly from the table."""
-        logp = torch.log_softmax(self.table.double(), dim=-1)
         prev, total = prompt[-1], 0.0
         for t in seq:
-            total += float(logp[prev, t])
+            total += float(self.table[prev, t])
             prev = t
         return total
 

@@ -1,18 +1,22 @@
-"""Evaluation: exact terminal laws (μ*, μ_proj, μ_Φ̂), TV/KL, and sampled-vs-exact statistics.
+"""Evaluation: exact terminal laws (μ*, μ_proj, μ_Φ̂), TV/KL, and sampled-vs-exact statistics;
+exact TV over product states for Markov LMs (``product_tv``).
 
 Nothing in ``grammar``, ``phi`` or ``generation`` imports this package.
 """
 
 from hf_fvo.eval.laws import TerminalLaw, grammar_conditional_law, sampling_law, sequence_law
+from hf_fvo.eval.product import ProductComparison, product_tv
 from hf_fvo.eval.stats import bootstrap_tv_ci, empirical_law, empirical_tv, null_tv_percentiles
 
 __all__ = [
+    "ProductComparison",
     "TerminalLaw",
     "bootstrap_tv_ci",
     "empirical_law",
     "empirical_tv",
     "grammar_conditional_law",
     "null_tv_percentiles",
+    "product_tv",
     "sampling_law",
     "sequence_law",
 ]

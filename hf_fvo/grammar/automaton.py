@@ -269,6 +269,52 @@ class Grammar:
             eos_token_id=eos_token_id,
         )
 
+    @classmethod
+    def from_transitions(
+        cls,
+        transitions: Any,
+        accepting: Iterable[int],
+        *,
+        vocab_size: int,
+        eos_token_id: int | Sequence[int],
+        initial_state: int = 0,
+        source: str = "token automaton",
+    ) -> Grammar:
+        """An automaton over token ids given as ``{state: {token_id: next_state}}``; see
+        :func:`hf_fvo.grammar.token_dfa.from_transitions`.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> g = Grammar.from_transitions({0: {0: 1}, 1: {}}, [1], vocab_size=2,
+            ...                              eos_token_id=1)
+            >>> g.walk([0]) is not None and g.is_accepting(g.walk([0]))
+            True
+        """
+        from hf_fvo.grammar.token_dfa import from_transitions
+
+        return from_transitions(
+            transitions, accepting, vocab_size=vocab_size, eos_token_id=eos_token_id,
+            initial_state=initial_state, source=source,
+        )  # fmt: skip
+
+    @classmethod
+    def budget(
+        cls, n: int, k: int, *, zero: int, one: int, eos_token_id: int, vocab_size: int
+    ) -> Grammar:
+        """The budget language L_{n,K} = {x ∈ {0,1}^n : Σx ≤ K} over two token ids; see
+        :func:`hf_fvo.grammar.token_dfa.budget_language`.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> Grammar.budget(20, 10, zero=0, one=1, eos_token_id=2, vocab_size=3).num_states
+            177
+        """
+        from hf_fvo.grammar.token_dfa import budget_language
+
+        return budget_language(
+            n, k, zero=zero, one=one, eos_token_id=eos_token_id, vocab_size=vocab_size
+        )
+
     # -- queries ----------------------------------------------------------------------------
 
     @property

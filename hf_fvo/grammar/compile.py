@@ -142,7 +142,11 @@ def _compile(
             edges, init, accepting, count, limit, f"bounding the length to {max_length}"
         )
         description += f" max_length={max_length}"
-    return _assemble(edges, init, accepting, vocab, vocab_size, description, max_length, sigma)
+    bound = f" within max_length={max_length}" if max_length is not None else ""
+    return assemble(
+        edges, init, accepting, vocab.eos_token_ids, vocab_size, description, sigma,
+        empty_reason=f"no token sequence of this tokenizer spells a member{bound}",
+    )  # fmt: skip
 
 
 def _check_repetition_size(source: GrammarSource, limit: int) -> None:
@@ -366,22 +370,23 @@ def _product(
     return out, 0, out_accepting
 
 
-def _assemble(
+def assemble(
     edges: Edges,
     init: int,
     accepting: set[int],
-    vocab: TokenVocabulary,
+    eos_token_ids: Sequence[int],
     vocab_size: int,
     description: str,
-    max_length: int | None,
-    sigma: str,
+    sigma: str | None = None,
+    empty_reason: str = "no token sequence of this tokenizer spells a member",
 ) -> Grammar:
+    """Trim dead and unreachable states, renumber breadth-first, and build the grouped tables.
+
+    ``edges`` maps a state to (tokens, next states); EOS is implied at ``accepting`` states.
+    """
     keep = _live_reachable(edges, init, accepting)
     if init not in keep:
-        bound = f" within max_length={max_length}" if max_length is not None else ""
-        raise EmptyLanguageError(
-            f"{description}: no token sequence of this tokenizer spells a member{bound}"
-        )
+        raise EmptyLanguageError(f"{description}: {empty_reason}")
     order = _bfs_order(edges, init, keep)
     max_old = max(max(edges, default=0), max(order))
     for _, dsts in edges.values():
@@ -423,7 +428,7 @@ def _assemble(
         group_start=np.asarray([*starts, total], dtype=np.int64),
         accepting=accepting_arr,
         vocab_size=vocab_size,
-        eos_token_ids=vocab.eos_token_ids,
+        eos_token_ids=eos_token_ids,
         source=description,
         reserved_character=sigma,
     )

@@ -1,6 +1,8 @@
-"""Model helpers: the embedded default model (SmolLM2-135M-Instruct, loaded offline) and a tiny
-random Llama for examples and tests."""
+"""Model helpers: the embedded default model (SmolLM2-135M-Instruct, loaded offline), a tiny
+random Llama for examples and tests, and Markov (n-gram) LMs, the finite-state models under
+which exact Φ is a dynamic program."""
 
+from hf_fvo.models.markov import MarkovConfig, MarkovLM
 from hf_fvo.models.smollm2 import (
     DefaultModelUnavailableError,
     default_model_dir,
@@ -11,6 +13,8 @@ from hf_fvo.models.tiny import tiny_random_llama
 
 __all__ = [
     "DefaultModelUnavailableError",
+    "MarkovConfig",
+    "MarkovLM",
     "default_model_dir",
     "load_default_model",
     "load_default_tokenizer",

@@ -8,19 +8,29 @@ from hf_fvo.phi.base import (
     admissible_mask,
 )
 from hf_fvo.phi.exact import ExactPhi
+from hf_fvo.phi.exact_markov import MarkovExactPhi
 from hf_fvo.phi.lm import PrefixLM
 from hf_fvo.phi.onestep import OneStepPhi
 from hf_fvo.phi.onestep_true import OneStepTruePhi
 from hf_fvo.phi.uniform import UniformPhi
 
 ESTIMATORS: dict[str, type[PhiEstimator]] = {
-    cls.name: cls for cls in (UniformPhi, OneStepPhi, OneStepTruePhi, ExactPhi)
+    cls.name: cls
+    for cls in (
+        UniformPhi,
+        OneStepPhi,
+        OneStepTruePhi,
+        ExactPhi,
+        MarkovExactPhi,
+    )
 }
 
 
 def make_estimator(phi: str | PhiEstimator, grammar, model=None) -> PhiEstimator:
-    """An estimator from its name (``"uniform"``, ``"onestep"``, ``"onestep_true"``, ``"exact"``)
-    or the instance itself, checked against ``grammar``.
+    """An estimator from its name (``"uniform"``, ``"onestep"``, ``"onestep_true"``, ``"exact"``,
+    ``"exact_markov"``) or the instance itself, checked against
+    ``grammar``. ``"exact"`` with a :class:`~hf_fvo.models.MarkovLM` is the product-state DP
+    (any grammar), otherwise the token-trie DP (finite languages).
 
     Example:
         >>> from hf_fvo import Grammar
@@ -36,12 +46,21 @@ def make_estimator(phi: str | PhiEstimator, grammar, model=None) -> PhiEstimator
     if phi not in ESTIMATORS:
         raise ValueError(f"unknown phi {phi!r}; choose one of {sorted(ESTIMATORS)}")
     cls = ESTIMATORS[phi]
+    if cls is ExactPhi and _is_markov(model):
+        cls = MarkovExactPhi
     return cls(grammar, model) if cls.needs_model else cls(grammar)
+
+
+def _is_markov(model) -> bool:
+    from hf_fvo.models.markov import MarkovLM
+
+    return isinstance(model, MarkovLM)
 
 
 __all__ = [
     "ESTIMATORS",
     "ExactPhi",
+    "MarkovExactPhi",
     "OneStepPhi",
     "OneStepTruePhi",
     "PhiContext",
