@@ -51,8 +51,10 @@ def generate(
             completions Φ counts, and ``logits_processor`` entries run after the Φ processor.
 
     Returns:
-        Whatever ``model.generate`` returns. With a draft and ``return_dict_in_generate=True`` the
-        output also carries ``speculation``, a :class:`~hf_fvo.generation.SpeculationStats`.
+        Whatever ``model.generate`` returns. With ``return_dict_in_generate=True`` the output also
+        carries ``certificates``: one :class:`~hf_fvo.phi.Certificate` per sequence (per-step
+        δ_t, Φ̄_t and the sequence bound Σ_t δ_t/(Φ̄_t − δ_t)); with a draft, also
+        ``speculation``, a :class:`~hf_fvo.generation.SpeculationStats`.
 
     Example:
         >>> import torch
@@ -85,7 +87,8 @@ def generate(
     extra = generate_kwargs.pop("logits_processor", None) or []
     processors = LogitsProcessorList([processor, *extra])
     if assistant_model is None:
-        return model.generate(input_ids, logits_processor=processors, **generate_kwargs)
+        out = model.generate(input_ids, logits_processor=processors, **generate_kwargs)
+        return _with_certificates(out, processor, input_ids.shape[1])
 
     for key in ("tokenizer", "assistant_tokenizer"):
         if generate_kwargs.get(key) is not None:
@@ -139,6 +142,14 @@ def generate(
     )
     if not isinstance(out, torch.Tensor):
         out["speculation"] = stats
+    return _with_certificates(out, processor, input_ids.shape[1])
+
+
+def _with_certificates(out: Any, processor: FVOLogitsProcessor, prompt_length: int) -> Any:
+    """Attach one fidelity certificate per returned sequence to a dict-style output."""
+    if not isinstance(out, torch.Tensor):
+        rows = out.sequences[:, prompt_length:].tolist()
+        out["certificates"] = [processor.certificate(row) for row in rows]
     return out
 
 

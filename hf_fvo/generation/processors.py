@@ -9,13 +9,14 @@ are later discarded.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from transformers import LogitsProcessor
 
 from hf_fvo.grammar import Grammar, OutOfGrammarError
-from hf_fvo.phi import PhiContext, PhiDiagnostics, PhiEstimator, make_estimator
+from hf_fvo.phi import Certificate, PhiContext, PhiDiagnostics, PhiEstimator, make_estimator
 
 __all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor"]
 
@@ -131,6 +132,28 @@ class FVOLogitsProcessor(LogitsProcessor):
     def step_at(self, generated: tuple[int, ...]) -> PhiDiagnostics | None:
         """Diagnostics (Φ̄_t, dispersion, δ_t) of the last Φ̂ computed at this prefix, if kept."""
         return self._steps.get(tuple(generated))
+
+    def certificate(self, generated: Sequence[int]) -> Certificate:
+        """The fidelity certificate of one generated sequence (prompt excluded): the kept
+        diagnostics at each of its positions up to and including its first EOS.
+
+        Example:
+            >>> import torch
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.generation import FVOLogitsProcessor
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> g = Grammar.from_choices(["yes", "no"], tok)
+            >>> proc = FVOLogitsProcessor(g, phi="onestep", prompt_length=1)
+            >>> _ = proc(torch.tensor([[1]]), torch.zeros(1, g.vocab_size))
+            >>> cert = proc.certificate(tok.encode("no"))  # its first step was computed above
+            >>> cert.steps[0].delta is None, cert.tv_bound  # OneStep carries no bound
+            (True, inf)
+        """
+        generated = [int(t) for t in generated]
+        eos = set(self.grammar.eos_token_ids)
+        end = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
+        return Certificate(tuple(self.step_at(tuple(generated[:i])) for i in range(end)))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.prompt_length is None:

@@ -1,6 +1,7 @@
 """Future-validity estimators Φ̂ behind one interface (:class:`PhiEstimator`)."""
 
 from hf_fvo.phi.base import (
+    Certificate,
     PhiContext,
     PhiDiagnostics,
     PhiEstimator,
@@ -12,6 +13,7 @@ from hf_fvo.phi.exact_markov import MarkovExactPhi
 from hf_fvo.phi.lm import PrefixLM
 from hf_fvo.phi.onestep import OneStepPhi
 from hf_fvo.phi.onestep_true import OneStepTruePhi
+from hf_fvo.phi.rollout import GatedPhi, RolloutPhi, RolloutReport
 from hf_fvo.phi.uniform import UniformPhi
 
 ESTIMATORS: dict[str, type[PhiEstimator]] = {
@@ -22,13 +24,15 @@ ESTIMATORS: dict[str, type[PhiEstimator]] = {
         OneStepTruePhi,
         ExactPhi,
         MarkovExactPhi,
+        RolloutPhi,
+        GatedPhi,
     )
 }
 
 
 def make_estimator(phi: str | PhiEstimator, grammar, model=None) -> PhiEstimator:
     """An estimator from its name (``"uniform"``, ``"onestep"``, ``"onestep_true"``, ``"exact"``,
-    ``"exact_markov"``) or the instance itself, checked against
+    ``"exact_markov"``, ``"rollout"``, ``"gated"``) or the instance itself, checked against
     ``grammar``. ``"exact"`` with a :class:`~hf_fvo.models.MarkovLM` is the product-state DP
     (any grammar), otherwise the token-trie DP (finite languages).
 
@@ -59,7 +63,9 @@ def _is_markov(model) -> bool:
 
 __all__ = [
     "ESTIMATORS",
+    "Certificate",
     "ExactPhi",
+    "GatedPhi",
     "MarkovExactPhi",
     "OneStepPhi",
     "OneStepTruePhi",
@@ -68,6 +74,8 @@ __all__ = [
     "PhiEstimator",
     "PhiStep",
     "PrefixLM",
+    "RolloutPhi",
+    "RolloutReport",
     "UniformPhi",
     "admissible_mask",
     "make_estimator",

@@ -21,6 +21,7 @@ import torch
 from hf_fvo.grammar import Grammar
 
 __all__ = [
+    "Certificate",
     "PhiContext",
     "PhiDiagnostics",
     "PhiEstimator",
@@ -53,18 +54,60 @@ class PhiContext:
 class PhiDiagnostics:
     """Per-position diagnostics: ``mean_phi`` is Φ̄_t = E_{μ_proj,t}[Φ̂]; ``dispersion`` is
     log(Φ̂max/Φ̂min) over candidates with Φ̂ > 0; ``delta`` an additive bound sup|Φ̂ − Φ| where
-    the estimator knows one (``None`` otherwise)."""
+    the estimator knows one, ``relative`` a relative bound ε with (1−ε)Φ ≤ Φ̂ ≤ (1+ε)Φ
+    (``None`` where unknown)."""
 
     mean_phi: float
     dispersion: float
     delta: float | None
+    relative: float | None = None
 
     @property
     def tv_bound(self) -> float:
-        """Seed 000 Thm 7: TV(μ̂_t, μ*_t) ≤ δ/(Φ̄ − δ) when δ < Φ̄, else ``inf``."""
+        """Seed 000 Thm 7: TV(μ̂_t, μ*_t) ≤ δ/(Φ̄ − δ) when δ < Φ̄, else ``inf``. (Φ̄ is taken
+        from Φ̂; the proof's Ẑ/Z_p is exactly that, so the bound holds as stated.)"""
         if self.delta is None or self.delta >= self.mean_phi:
             return math.inf
         return self.delta / (self.mean_phi - self.delta)
+
+    @property
+    def relative_tv_bound(self) -> float:
+        """Seed 000 Cor. (relative Φ error): TV(μ̂_t, μ*_t) ≤ ε/(1 − ε), else ``inf``."""
+        if self.relative is None or self.relative >= 1:
+            return math.inf
+        return self.relative / (1 - self.relative)
+
+
+@dataclass(frozen=True)
+class Certificate:
+    """Fidelity certificate of one generated sequence: the diagnostics at each position (``None``
+    where they were not kept) and the telescoped sequence bounds
+    TV(μ̂^{1:T}, μ*^{1:T}) ≤ Σ_t δ_t/(Φ̄_t − δ_t) and ≤ Σ_t ε_t/(1 − ε_t) (seed 000 Thm 7 and its
+    relative-error corollary; ``inf`` where a step has no bound, capped by nothing: a sum ≥ 1
+    certifies nothing).
+
+    Example:
+        >>> from hf_fvo.phi import Certificate, PhiDiagnostics
+        >>> cert = Certificate((PhiDiagnostics(0.5, 0.1, 0.05), PhiDiagnostics(0.8, 0.0, 0.0)))
+        >>> round(cert.tv_bound, 4), cert.max_delta
+        (0.1111, 0.05)
+    """
+
+    steps: tuple[PhiDiagnostics | None, ...]
+
+    @property
+    def tv_bound(self) -> float:
+        return sum((math.inf if d is None else d.tv_bound) for d in self.steps)
+
+    @property
+    def relative_tv_bound(self) -> float:
+        return sum((math.inf if d is None else d.relative_tv_bound) for d in self.steps)
+
+    @property
+    def max_delta(self) -> float | None:
+        """The largest δ_t, or ``None`` if some step has none."""
+        deltas = [None if d is None else d.delta for d in self.steps]
+        return None if any(x is None for x in deltas) else max(deltas, default=0.0)
 
 
 @dataclass(frozen=True)
@@ -141,6 +184,10 @@ class PhiEstimator(ABC):
         """sup |Φ̂ − Φ| over A_t where known (``None`` when the estimator has no bound)."""
         return None
 
+    def relative_error(self, ctx: PhiContext) -> float | None:
+        """ε with (1 − ε)Φ ≤ Φ̂ ≤ (1 + ε)Φ on A_t where known (``None`` otherwise)."""
+        return 0.0 if self.additive_error(ctx) == 0.0 else None
+
     def step(self, ctx: PhiContext) -> PhiStep:
         """log Φ̂ plus Φ̄_t, the dispersion and δ_t for one position."""
         log_phi = self.log_phi(ctx)
@@ -149,11 +196,12 @@ class PhiEstimator(ABC):
         admissible = torch.isfinite(log_phi)
         lp = logp[:width][admissible]
         lf = log_phi[admissible]
-        delta = self.additive_error(ctx)
+        delta, relative = self.additive_error(ctx), self.relative_error(ctx)
         if len(lf) == 0:
-            return PhiStep(log_phi, PhiDiagnostics(0.0, 0.0, delta))
+            return PhiStep(log_phi, PhiDiagnostics(0.0, 0.0, delta, relative))
         mean = torch.exp(torch.logsumexp(lp + lf, 0) - torch.logsumexp(lp, 0)).item()
-        return PhiStep(log_phi, PhiDiagnostics(mean, (lf.max() - lf.min()).item(), delta))
+        spread = (lf.max() - lf.min()).item()
+        return PhiStep(log_phi, PhiDiagnostics(mean, spread, delta, relative))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.grammar.source})"

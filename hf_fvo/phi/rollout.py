@@ -1,0 +1,360 @@
+"""Monte-Carlo rollout Φ (seed 000 §5.4) and the budget-gated hybrid (§5.6).
+
+Φ̂(y) = the fraction of k rollouts from x·y, sampled from the *unconstrained* model, that end
+inside the grammar (EOS at an accepting state) within the token budget and the horizon; a
+rollout that leaves the grammar stops at once as a failure. Hoeffding: |Φ̂(y) − Φ(y)| ≤
+sqrt(ln(2m/α)/(2k)) for all m rolled-out candidates at once with probability ≥ 1 − α.
+
+All candidates × k rollouts advance as one batch per step over the prefix's key/value cache,
+computed once and expanded (never recomputed); finished rows leave the batch. Rollouts run on the
+model's device, and under ``accelerate launch`` each process runs its share of the rows and the
+success counts are summed across processes (:class:`accelerate.PartialState`).
+
+Randomness: by default every call draws afresh (from a generator seeded once), so a prefix
+visited by many samples sees many estimates and the sampled law averages over them, as in seed
+000. ``resample=False`` seeds each estimate by (seed, prompt, prefix) instead: Φ̂ is then a fixed
+function of the prefix and the sampling law one frozen realization, which ``hf_fvo.eval`` can
+compute exactly (but a single unlucky estimate then applies to every sample through it).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from hf_fvo.grammar import Grammar
+from hf_fvo.phi.base import PhiContext
+from hf_fvo.phi.onestep import OneStepPhi
+
+__all__ = ["GatedPhi", "RolloutPhi", "RolloutReport", "hoeffding_half_width", "rollout_successes"]
+
+
+@dataclass(frozen=True)
+class RolloutReport:
+    """What the last estimate at a prefix did: candidates rolled out, the p·OneStep mass of the
+    pruned ones (which kept their OneStep value), the Hoeffding half-width, and the cost."""
+
+    rolled_out: int
+    pruned: int
+    pruned_mass: float  # share of the p·OneStep mass left to OneStep
+    half_width: float  # sqrt(ln(2m/α)/(2k)) over the m rolled-out candidates
+    forwards: int  # batched model calls
+    rollout_tokens: int  # rows × steps actually computed
+
+
+class RolloutPhi(OneStepPhi):
+    """Monte-Carlo future validity: k unconstrained rollouts per candidate.
+
+    Args:
+        grammar: The compiled grammar.
+        model: A Transformers causal LM with a ``DynamicCache`` (any device).
+        k: Rollouts per candidate.
+        candidates: Roll out only the top candidates by p·Φ̂_OneStep (``None``: all); the rest
+            keep their OneStep value and the step reports their mass (``RolloutReport``).
+        horizon: Longest rollout in tokens (EOS counted); also bounded by the token budget.
+            Required for infinite languages when no budget is given.
+        alpha: Confidence level of the reported Hoeffding half-width.
+        seed: Base seed.
+        resample: Fresh rollouts at every call (default); ``False``: one estimate per prefix,
+            seeded by (seed, prompt, prefix).
+
+    Example:
+        >>> import torch
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.grammar import TokenVocabulary
+        >>> from hf_fvo.models import MarkovLM
+        >>> from hf_fvo.phi import PhiContext, RolloutPhi
+        >>> vocab = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])
+        >>> g = Grammar.dyck(3, 8, vocab)
+        >>> lm = MarkovLM.random(4, seed=0, bos_token_id=3, eos_token_id=2)
+        >>> phi = RolloutPhi(g, lm, k=16)
+        >>> step = phi.step(PhiContext(g.initial_state, (), lm.log_probs[3], 9, prompt=(3,)))
+        >>> round(step.diagnostics.delta, 3)  # sqrt(ln(2·1/0.05)/32): one candidate, "("
+        0.34
+    """
+
+    name = "rollout"
+    needs_model = True
+
+    def __init__(
+        self,
+        grammar: Grammar,
+        model: Any,
+        k: int = 8,
+        *,
+        candidates: int | None = None,
+        horizon: int | None = None,
+        alpha: float = 0.05,
+        seed: int = 0,
+        resample: bool = True,
+    ) -> None:
+        super().__init__(grammar, model)
+        for name, value in (("k", k), ("candidates", candidates), ("horizon", horizon)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value < 1):  # fmt: skip
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not 0.0 < alpha < 1.0:
+            raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+        self.k, self.candidates, self.horizon = k, candidates, horizon
+        self.alpha, self.seed, self.resample = float(alpha), int(seed), bool(resample)
+        self.calls = 0
+        self.reports: dict[tuple[int, ...], RolloutReport] = {}  # by prefix, last few kept
+        self.forwards = 0  # total batched model calls, for cost accounting
+        self.rollout_tokens = 0  # total rows × steps computed
+
+    def log_phi(self, ctx: PhiContext) -> torch.Tensor:
+        if not ctx.prompt:
+            raise ValueError("rollouts need the prompt token ids (PhiContext.prompt)")
+        g = self.grammar
+        out = super().log_phi(ctx)  # OneStep everywhere, −inf off the admissible set
+        eos = list(g.eos_token_ids)
+        logp = torch.log_softmax(ctx.logits.double(), dim=-1)[: g.vocab_size]
+        score = logp + out
+        score[eos] = -math.inf  # Φ(EOS) = 1 already
+        live = torch.nonzero(torch.isfinite(score)).flatten()
+        if len(live) == 0:  # EOS alone (Φ = 1 exactly) or nothing: no estimate to make
+            self._remember(ctx.generated, RolloutReport(0, 0, 0.0, 0.0, 0, 0))
+            return out
+        order = live[torch.argsort(score[live], descending=True)]
+        chosen = order if self.candidates is None else order[: self.candidates]
+        steps = self._max_steps(ctx)
+        starts = [(int(y), g.next_state(ctx.state, int(y))) for y in chosen]
+        successes, forwards, tokens = rollout_successes(
+            self.model, g, (*ctx.prompt, *ctx.generated), starts, self.k, steps,
+            seed=self._next_seed(ctx),
+        )  # fmt: skip
+        self.forwards += forwards
+        self.rollout_tokens += tokens
+        frac = successes.double() / self.k
+        half = hoeffding_half_width(self.k, self.alpha, len(chosen))
+        onestep_chosen = out[chosen].clone()
+        out[chosen] = torch.where(frac > 0, frac.log(), torch.full_like(frac, -math.inf))
+        if not torch.isfinite(out).any():
+            # Every rollout failed and nothing else is admissible. Sampling needs a positive
+            # vector: OneStep's, scaled to peak at the half-width h. Where all estimates are 0
+            # Hoeffding puts every Φ in [0, h], so this vector is within h of Φ as well.
+            out[chosen] = onestep_chosen - onestep_chosen.max() + math.log(min(half, 1.0))
+        pruned = order[len(chosen) :]
+        pruned_mass = 0.0
+        if len(pruned):
+            pruned_mass = math.exp(
+                torch.logsumexp(score[pruned], 0) - torch.logsumexp(score[live], 0)
+            )
+        self._remember(ctx.generated, RolloutReport(len(chosen), len(pruned), pruned_mass, half,
+                                                    forwards, tokens))  # fmt: skip
+        return out
+
+    def additive_error(self, ctx: PhiContext) -> float | None:
+        """The Hoeffding half-width when every candidate was rolled out (else ``None``: the
+        pruned candidates' OneStep values carry no bound)."""
+        report = self.reports.get(ctx.generated)
+        if report is None or report.pruned:
+            return None
+        return report.half_width
+
+    def _next_seed(self, ctx: PhiContext) -> int:
+        self.calls += 1
+        if self.resample:
+            return (self.seed * 1_000_003 + self.calls) % (2**63 - 1)
+        return _seed(self.seed, ctx.prompt, ctx.generated)
+
+    def _max_steps(self, ctx: PhiContext) -> int:
+        limits = [x for x in (self.horizon,) if x is not None]
+        if ctx.remaining is not None:
+            limits.append(ctx.remaining - 1)  # tokens left after y, EOS counted
+        longest = self.grammar.max_tokens_to_accept(ctx.state)
+        if longest is not None:
+            limits.append(longest + 1)
+        if not limits:
+            raise ValueError(
+                f"{self.grammar.source} is infinite: rollouts need a token budget "
+                "(max_new_tokens) or a horizon"
+            )
+        return min(limits)
+
+    def _remember(self, prefix: tuple[int, ...], report: RolloutReport) -> None:
+        self.reports[prefix] = report
+        if len(self.reports) > 4096:
+            self.reports.pop(next(iter(self.reports)))
+
+
+class GatedPhi(RolloutPhi):
+    """The budget-gated hybrid (seed 000 §5.6): OneStep, escalated to rollouts only where the
+    OneStep dispersion log(Φ̂max/Φ̂min) exceeds ``tau`` and the masked entropy (nats) exceeds
+    ``min_entropy``; the rollout estimate is kept only if it moves the step distribution by at
+    least ``min_tv`` in total variation. ``escalations`` / ``steps`` count how often it did.
+
+    Example:
+        >>> import torch
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.grammar import TokenVocabulary
+        >>> from hf_fvo.models import MarkovLM
+        >>> from hf_fvo.phi import GatedPhi, PhiContext
+        >>> g = Grammar.dyck(3, 8, TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2]))
+        >>> lm = MarkovLM.random(4, seed=0, bos_token_id=3, eos_token_id=2)
+        >>> phi = GatedPhi(g, lm, tau=100.0)  # never dispersed enough: OneStep throughout
+        >>> _ = phi.log_phi(PhiContext(g.initial_state, (), lm.log_probs[3], 9, prompt=(3,)))
+        >>> phi.steps, phi.escalations
+        (1, 0)
+    """
+
+    name = "gated"
+
+    def __init__(
+        self,
+        grammar: Grammar,
+        model: Any,
+        k: int = 8,
+        *,
+        tau: float = 1.0,
+        min_entropy: float = 0.0,
+        min_tv: float = 0.0,
+        **rollout_kwargs: Any,
+    ) -> None:
+        super().__init__(grammar, model, k, **rollout_kwargs)
+        if tau < 0 or min_entropy < 0 or not 0 <= min_tv <= 1:
+            raise ValueError("tau and min_entropy must be ≥ 0 and min_tv in [0, 1]")
+        self.tau, self.min_entropy, self.min_tv = float(tau), float(min_entropy), float(min_tv)
+        self.steps = 0
+        self.escalations = 0  # rollouts run
+        self.kept = 0  # rollout estimates used (moved the step by ≥ min_tv)
+        self._escalated: dict[tuple[int, ...], bool] = {}
+
+    def log_phi(self, ctx: PhiContext) -> torch.Tensor:
+        self.steps += 1
+        onestep = OneStepPhi.log_phi(self, ctx)
+        logp = torch.log_softmax(ctx.logits.double(), dim=-1)[: self.grammar.vocab_size]
+        if not self.should_escalate(onestep, logp):
+            self._escalated[ctx.generated] = False
+            return onestep
+        self.escalations += 1
+        rolled = super().log_phi(ctx)
+        a, b = torch.softmax(logp + onestep, 0), torch.softmax(logp + rolled, 0)
+        if 0.5 * float((a - b).abs().sum()) < self.min_tv:
+            self._escalated[ctx.generated] = False
+            return onestep
+        self.kept += 1
+        self._escalated[ctx.generated] = True
+        return rolled
+
+    def should_escalate(self, onestep: torch.Tensor, logp: torch.Tensor) -> bool:
+        """Stage 1: dispersion of OneStep over the candidates > τ and masked entropy > h_min."""
+        finite = torch.isfinite(onestep)
+        if int(finite.sum()) < 2:
+            return False
+        values = onestep[finite]
+        if float(values.max() - values.min()) <= self.tau:
+            return False
+        masked = torch.log_softmax(logp[finite], 0)
+        entropy = float(-(masked.exp() * masked).sum())
+        return entropy > self.min_entropy
+
+    def additive_error(self, ctx: PhiContext) -> float | None:
+        if not self._escalated.get(ctx.generated, False):
+            return None
+        return super().additive_error(ctx)
+
+
+@torch.no_grad()
+def rollout_successes(
+    model: Any,
+    grammar: Grammar,
+    prefix: tuple[int, ...],
+    starts: list[tuple[int, int]],
+    k: int,
+    max_steps: int,
+    *,
+    seed: int = 0,
+) -> tuple[torch.Tensor, int, int]:
+    """For each (token y, grammar state after y), how many of k rollouts from prefix·y end inside
+    the grammar within ``max_steps`` further tokens (EOS counted).
+
+    Returns (successes per start (int64), model calls: the prefix once plus one batched call per
+    rollout step, rows × steps computed). Under
+    ``accelerate launch`` each process runs rows ``i ≡ rank (mod world size)`` and the counts
+    are summed over processes.
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.grammar import TokenVocabulary
+        >>> from hf_fvo.models import MarkovLM
+        >>> from hf_fvo.phi.rollout import rollout_successes
+        >>> g = Grammar.dyck(1, 2, TokenVocabulary([b"(", b")", None], eos_token_ids=[2]))
+        >>> lm = MarkovLM.from_table([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+        >>> wins, calls, _ = rollout_successes(lm, g, (2,), [(0, g.walk([0]))], k=4, max_steps=2)
+        >>> wins.tolist()  # "(" then the model surely writes ")" and EOS
+        [4]
+    """
+    from accelerate import PartialState
+
+    state = PartialState()
+    device = next(model.parameters()).device
+    rows = [i for i in range(len(starts) * k) if i % state.num_processes == state.process_index]
+    wins = torch.zeros(len(starts), dtype=torch.long)
+    calls = tokens = 0
+    if rows and max_steps > 0:
+        owner = torch.tensor([i // k for i in rows])
+        gen = torch.Generator(device=device).manual_seed(seed + 7919 * state.process_index)
+        out = model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
+        calls += 1  # the prefix once; its cache is then expanded to every rollout row
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(len(rows))
+        ids = torch.tensor([[starts[int(o)][0]] for o in owner], device=device)
+        states = np.array([starts[int(o)][1] for o in owner], dtype=np.int64)
+        alive = torch.arange(len(rows))
+        length = len(prefix) + 1
+        eos = set(grammar.eos_token_ids)
+        accepting = np.array([grammar.is_accepting(s) for s in range(grammar.num_states)])
+        for _ in range(max_steps):
+            mask = torch.ones(len(alive), length, dtype=torch.long, device=device)
+            logits = model(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                           use_cache=True).logits[:, -1]  # fmt: skip
+            calls += 1
+            tokens += len(alive)
+            probs = torch.softmax(logits.double(), dim=-1)
+            drawn = torch.multinomial(probs, 1, generator=gen).flatten().cpu().tolist()
+            keep = []
+            for r, (tok, s) in enumerate(zip(drawn, states.tolist(), strict=True)):
+                if tok in eos:
+                    if accepting[s]:
+                        wins[owner[alive[r]]] += 1
+                    continue
+                nxt = grammar.next_state(s, tok) if tok < grammar.vocab_size else None
+                if nxt is not None:
+                    states[r] = nxt
+                    keep.append(r)
+            if not keep:
+                break
+            if len(keep) < len(alive):
+                cache.batch_select_indices(torch.tensor(keep, device=device))
+            alive = alive[keep]
+            states = states[keep]
+            ids = torch.tensor([[drawn[r]] for r in keep], device=device)
+            length += 1
+    if state.num_processes > 1:
+        from accelerate.utils import reduce
+
+        wins = reduce(wins.to(state.device), reduction="sum").cpu()
+    return wins, calls, tokens
+
+
+def _seed(base: int, prompt: tuple[int, ...], generated: tuple[int, ...]) -> int:
+    data = np.asarray([*prompt, -1, *generated], dtype=np.int64).tobytes()
+    return (base * 1_000_003 + zlib.crc32(data)) % (2**63 - 1)
+
+
+def hoeffding_half_width(k: int, alpha: float, candidates: int = 1) -> float:
+    """sqrt(ln(2m/α)/(2k)): the additive error of k-rollout estimates of m candidates, all at
+    once with probability ≥ 1 − α.
+
+    Example:
+        >>> from hf_fvo.phi.rollout import hoeffding_half_width
+        >>> round(hoeffding_half_width(64, 0.05), 3)
+        0.17
+    """
+    return math.sqrt(math.log(2 * candidates / alpha) / (2 * k))

@@ -1,0 +1,177 @@
+"""Monte-Carlo rollout Φ and the gated hybrid: the shared conformance suite, Hoeffding coverage
+against exact Φ on a Markov model, the gate's rule, purity per prefix, pruning reports, and
+certificates through hf_fvo.generate."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import hf_fvo
+from hf_fvo import Grammar
+from hf_fvo.grammar import TokenVocabulary
+from hf_fvo.models import MarkovLM
+from hf_fvo.phi import GatedPhi, MarkovExactPhi, OneStepPhi, PhiContext, RolloutPhi
+from tests.phi.conformance import EstimatorConformance
+from tests.phi.conformance import world as world  # the shared fixture
+
+BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])  # BOS 3
+BOS = 3
+
+
+class TestRollout(EstimatorConformance):
+    varies = "somewhere"  # k draws can tie, e.g. all fail
+
+    def make(self, grammar, model):
+        return RolloutPhi(grammar, model, k=64, seed=1)
+
+
+class TestGated(EstimatorConformance):
+    varies = "somewhere"
+
+    def make(self, grammar, model):
+        return GatedPhi(grammar, model, k=64, tau=0.5, seed=1)
+
+
+@pytest.fixture(scope="module")
+def dyck():
+    g = Grammar.dyck(3, 10, BRACKETS)
+    lm = MarkovLM.random(4, order=2, seed=7, bos_token_id=BOS, eos_token_id=2)
+    return g, lm, MarkovExactPhi(g, lm)
+
+
+def _positions(g, lm, budget):
+    """One context per reachable (context, state, tokens left) along the language."""
+    out, frontier = [], {(): None}
+    for t in range(budget):
+        nxt = {}
+        for prefix in frontier:
+            state = g.walk(prefix)
+            row = lm.log_probs[lm.context_of((BOS, *prefix))]
+            out.append(PhiContext(state, prefix, row, budget - t, (BOS,)))
+            for y in g.allowed_token_ids(state).tolist():
+                child = (*prefix, y)
+                if g.walk(child) is not None and g.can_accept_within(g.walk(child), budget - t - 2):
+                    nxt.setdefault(child, None)
+        frontier = nxt
+    return out
+
+
+def test_rollouts_lie_in_their_hoeffding_band_at_1_minus_alpha_of_steps(dyck):
+    g, lm, exact = dyck
+    alpha = 0.1
+    est = RolloutPhi(g, lm, k=32, alpha=alpha, seed=3)
+    inside = total = 0
+    for ctx in _positions(g, lm, 11):
+        step = est.step(ctx)
+        truth = exact.log_phi(ctx).exp()
+        mine = step.log_phi.exp()
+        finite = torch.isfinite(exact.log_phi(ctx))
+        if int(finite.sum()) < 1:
+            continue
+        total += 1
+        inside += float((mine[finite] - truth[finite]).abs().max()) <= step.diagnostics.delta
+    assert total >= 30
+    assert inside / total >= 1 - alpha
+
+
+def test_rollout_estimates_converge_to_exact_phi(dyck):
+    # with k = 4096 the Hoeffding half-width at α = 1e-6 is 0.043: a loose bias would show
+    g, lm, exact = dyck
+    est = RolloutPhi(g, lm, k=4096, alpha=1e-6, seed=0)
+    for ctx in _positions(g, lm, 11)[:6]:
+        step = est.step(ctx)
+        finite = torch.isfinite(exact.log_phi(ctx))
+        gap = (step.log_phi.exp() - exact.log_phi(ctx).exp())[finite].abs().max()
+        assert float(gap) <= step.diagnostics.delta
+
+
+def test_frozen_estimates_are_a_pure_function_of_the_prefix(dyck):
+    g, lm, _ = dyck
+    ctx = _positions(g, lm, 11)[0]  # Φ("(") ≈ 0.05: 64 rollouts rarely agree twice
+    frozen = RolloutPhi(g, lm, k=64, seed=5, resample=False)
+    assert torch.equal(frozen.log_phi(ctx), frozen.log_phi(ctx))
+    assert torch.equal(frozen.log_phi(ctx), RolloutPhi(g, lm, k=64, seed=5, resample=False)
+                       .log_phi(ctx))  # fmt: skip
+    fresh = RolloutPhi(g, lm, k=64, seed=5)
+    draws = {tuple(fresh.log_phi(ctx).tolist()) for _ in range(4)}
+    assert len(draws) > 1  # resample=True: every call draws afresh
+    again = RolloutPhi(g, lm, k=64, seed=5)
+    assert {tuple(again.log_phi(ctx).tolist()) for _ in range(4)} == draws  # but seeded
+
+
+def test_pruned_candidates_keep_onestep_and_void_the_bound(dyck):
+    g, lm, _ = dyck
+
+    def brackets(c):  # admissible non-EOS candidates
+        return int(torch.isfinite(OneStepPhi(g).log_phi(c))[:2].sum())
+
+    ctx = next(c for c in _positions(g, lm, 11) if brackets(c) == 2)
+    est = RolloutPhi(g, lm, k=8, candidates=1)
+    step = est.step(ctx)
+    report = est.reports[ctx.generated]
+    assert report.rolled_out == 1 and report.pruned >= 1 and 0 < report.pruned_mass < 1
+    assert step.diagnostics.delta is None
+    onestep = OneStepPhi(g).log_phi(ctx)
+    scores = torch.log_softmax(ctx.logits, -1) + onestep
+    scores[list(g.eos_token_ids)] = -math.inf
+    pruned = torch.argsort(scores, descending=True)[1]
+    assert step.log_phi[pruned] == onestep[pruned]
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.3, 1.0, 3.0])
+def test_gate_escalates_exactly_where_onestep_is_dispersed(dyck, tau):
+    g, lm, _ = dyck
+    gated = GatedPhi(g, lm, k=4, tau=tau)
+    onestep = OneStepPhi(g)
+    for ctx in _positions(g, lm, 11):
+        before = gated.escalations
+        out = gated.log_phi(ctx)
+        values = onestep.log_phi(ctx)
+        values = values[torch.isfinite(values)]
+        dispersed = len(values) >= 2 and float(values.max() - values.min()) > tau
+        assert (gated.escalations > before) == dispersed
+        if not dispersed:
+            assert torch.equal(out, onestep.log_phi(ctx))
+    assert gated.steps == len(_positions(g, lm, 11))
+
+
+def test_rollout_samples_through_generate_with_certificates(dyck):
+    g, lm, _ = dyck
+    est = RolloutPhi(g, lm, k=16)
+    out = hf_fvo.generate(lm, torch.full((3, 1), BOS), grammar=g, phi=est, max_new_tokens=11,
+                          do_sample=True, top_k=0, return_dict_in_generate=True)  # fmt: skip
+    assert len(out.certificates) == 3
+    for row, cert in zip(out.sequences[:, 1:].tolist(), out.certificates, strict=True):
+        assert g.is_accepting(g.walk(row[: row.index(2)]))
+        assert len(cert.steps) == row.index(2) + 1
+        assert all(s is not None and s.delta is not None for s in cert.steps[:-1])
+
+
+def test_exact_certificates_are_zero_and_onestep_ones_are_void(dyck):
+    g, lm, _ = dyck
+    for phi, bound in (("exact", 0.0), ("onestep", math.inf)):
+        out = hf_fvo.generate(lm, torch.full((2, 1), BOS), grammar=g, phi=phi, max_new_tokens=11,
+                              do_sample=True, top_k=0, return_dict_in_generate=True)  # fmt: skip
+        assert [c.tv_bound for c in out.certificates] == [bound, bound]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"k": 0}, "k must"), ({"alpha": 1.5}, "alpha"), ({"candidates": 0}, "candidates")],
+)
+def test_bad_arguments(dyck, kwargs, match):
+    g, lm, _ = dyck
+    with pytest.raises(ValueError, match=match):
+        RolloutPhi(g, lm, **kwargs)
+
+
+def test_infinite_language_needs_a_budget_or_horizon():
+    g = Grammar.from_transitions({0: {0: 0, 1: 0}}, [0], vocab_size=4, eos_token_id=2)
+    lm = MarkovLM.random(4, seed=0, bos_token_id=BOS, eos_token_id=2)
+    ctx = PhiContext(0, (), lm.log_probs[BOS], None, (BOS,))
+    with pytest.raises(ValueError, match="horizon"):
+        RolloutPhi(g, lm).log_phi(ctx)
+    assert torch.isfinite(RolloutPhi(g, lm, horizon=5).log_phi(ctx)).any()
