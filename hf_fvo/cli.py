@@ -1,4 +1,4 @@
-"""Command line: ``hf-fvo demo``.
+"""Command line: ``hf-fvo demo`` and ``hf-fvo audit``.
 
 Bad input (a missing model folder, an invalid schema) prints one line and exits with status 2.
 """
@@ -185,6 +185,67 @@ def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
           f"acceptance {rate:.2f}, {tokens / seconds:.1f} tokens/s")  # fmt: skip
 
 
+def audit(args: argparse.Namespace) -> int:
+    """Exact (finite languages) or sampled audit of local masking on one grammar and prompt,
+    printed and drawn to a PNG."""
+    from hf_fvo import Grammar, GrammarError
+    from hf_fvo.eval import audit as run_audit
+    from hf_fvo.eval import plot_audit
+    from hf_fvo.grammar.sources import json_schema_source, regex_source
+
+    if args.samples < 0:
+        raise CLIError(f"--samples must be ≥ 0, got {args.samples}")
+    try:  # refuse a bad grammar before the slow model load
+        if args.schema is not None:
+            schema = _schema(args.schema)
+            json_schema_source(schema)
+        elif args.regex is not None:
+            regex_source(args.regex)
+    except GrammarError as exc:
+        raise CLIError(f"cannot compile the grammar: {exc}") from exc
+    model, tokenizer = _load(args.model)
+    vocab = model.config.vocab_size
+    try:
+        if args.schema is not None:
+            grammar = Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab)
+        elif args.regex is not None:
+            grammar = Grammar.from_regex(args.regex, tokenizer, vocab_size=vocab)
+        else:
+            grammar = Grammar.from_choices(args.choices, tokenizer, vocab_size=vocab)
+    except GrammarError as exc:
+        raise CLIError(f"cannot compile the grammar: {exc}") from exc
+    prompt = _chat_prompt(tokenizer, args.prompt)
+    report = run_audit(
+        model, tokenizer, grammar, prompt, max_new_tokens=args.max_new_tokens, tol=args.tol,
+        max_nodes=args.max_nodes, samples=args.samples, phi=args.phi, seed=args.seed,
+    )  # fmt: skip
+    print(report.summary())
+    if report.exact:
+        width = max(12, *(len(b.text) for b in report.branches[:20]))
+        fvo = f"FVO (exact Φ, N={report.samples})" if report.samples else ""
+        print(f"{'text':<{width}}  {'μ_proj':>8}  {'μ*':>8}  {fvo}")
+        for b in report.branches[:20]:
+            tail = f"{b.fvo:8.3f}" if b.fvo is not None else ""
+            print(f"{b.text:<{width}}  {b.proj:8.3f}  {b.star:8.3f}  {tail}")
+    try:
+        path = plot_audit(report, args.png)
+    except ImportError as exc:
+        raise CLIError(str(exc)) from exc
+    except OSError as exc:
+        raise CLIError(f"cannot write {args.png}: {exc.strerror or exc}") from exc
+    print(f"figure: {path}")
+    return 0
+
+
+def _chat_prompt(tokenizer, text: str) -> tuple[int, ...]:
+    if getattr(tokenizer, "chat_template", None):
+        out = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=True
+        )
+        return tuple(out["input_ids"])
+    return tuple(tokenizer(text)["input_ids"])
+
+
 def _bf16_copy(model):
     import copy
 
@@ -216,6 +277,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--samples", type=int, default=20, help="FVO-Spec samples on the finite schema (0: skip)"
     )
     p.set_defaults(func=demo)
+
+    p = sub.add_parser("audit", help="does local masking bias this grammar? (TV, branches, PNG)")
+    p.add_argument("--model", help="local Transformers model folder (default: embedded SmolLM2)")
+    p.add_argument("--prompt", default="Reply with a value that matches the requested format.")
+    grammar = p.add_mutually_exclusive_group(required=True)
+    grammar.add_argument("--schema", help="JSON schema file (compact JSON, no whitespace)")
+    grammar.add_argument("--regex", help="regular expression the whole output must match")
+    grammar.add_argument("--choices", nargs="+", help="the output must be one of these strings")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--tol", type=float, default=1e-6, help="unexplored mass of the exact laws")
+    p.add_argument("--max-nodes", type=int, default=20_000, help="forwards before sampling")
+    p.add_argument("--samples", type=int, default=50, help="FVO draws, or draws per sampler")
+    p.add_argument("--phi", default="onestep", help="estimator of the sampled audit")
+    p.add_argument("--png", default="hf_fvo_audit.png", help="where to write the figure")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=audit)
     return parser
 
 

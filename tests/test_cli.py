@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ast
 import json
+from pathlib import Path
 
 import pytest
 
 from hf_fvo.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_demo_generates_a_member_of_the_schema_language(capsys):
@@ -52,3 +55,35 @@ def test_unsupported_schema_is_refused_before_loading_the_model(tmp_path, capsys
     schema.write_text(json.dumps({"type": "integer", "minimum": 1}))
     assert main(["demo", "--schema", str(schema)]) == 2
     assert "'minimum'" in capsys.readouterr().err
+
+
+def test_audit_prints_the_tv_and_writes_a_figure(tmp_path, capsys):
+    schema = str(ROOT / "examples" / "status_schema.json")
+    png = tmp_path / "audit.png"
+    prompt = "Reply with a JSON object with status in ['ok', 'error', 'pending']."
+    argv = ["audit", "--schema", schema, "--samples", "3", "--tol", "1e-4", "--png", str(png),
+            "--prompt", prompt]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    tv = float(out.split("TV(μ_proj, μ*) over texts = ")[1].split()[0])
+    rows = [line.split() for line in out.splitlines() if line.startswith('{"status"')]
+    proj, star = [float(r[1]) for r in rows], [float(r[2]) for r in rows]
+    assert len(rows) == 3 and tv > 0.05
+    assert tv == pytest.approx(0.5 * sum(abs(a - b) for a, b in zip(proj, star, strict=True)),
+                               abs=3e-3)  # fmt: skip
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["audit", "--schema", "/no/such/schema.json"], "schema file not found"),
+        (["audit", "--regex", "(unclosed"], "cannot compile the grammar"),
+        (["audit", "--choices", "a", "--model", "/no/such/folder"], "no model folder"),
+        (["audit", "--choices", "a", "--samples", "-1"], "--samples"),
+    ],
+)
+def test_audit_bad_input_prints_one_line_and_exits_2(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]

@@ -4,18 +4,24 @@ exact TV over product states for Markov LMs (``product_tv``).
 Nothing in ``grammar``, ``phi`` or ``generation`` imports this package.
 """
 
+from hf_fvo.eval.audit import AuditReport, Branch, audit
 from hf_fvo.eval.laws import TerminalLaw, grammar_conditional_law, sampling_law, sequence_law
+from hf_fvo.eval.plots import plot_audit
 from hf_fvo.eval.product import ProductComparison, product_tv
 from hf_fvo.eval.stats import bootstrap_tv_ci, empirical_law, empirical_tv, null_tv_percentiles
 
 __all__ = [
+    "AuditReport",
+    "Branch",
     "ProductComparison",
     "TerminalLaw",
+    "audit",
     "bootstrap_tv_ci",
     "empirical_law",
     "empirical_tv",
     "grammar_conditional_law",
     "null_tv_percentiles",
+    "plot_audit",
     "product_tv",
     "sampling_law",
     "sequence_law",
