@@ -8,7 +8,6 @@ Usage: python benchmarks/exact_laws_smollm2.py [--schemas A B C D] [--tol 1e-10]
 from __future__ import annotations
 
 import argparse
-import math
 import platform
 import re
 import time
@@ -19,7 +18,7 @@ from docs_section import DOCS, write_section
 from schemas import SCHEMAS, compiled
 
 from hf_fvo import Grammar, GrammarTooLargeError
-from hf_fvo.eval import grammar_conditional_law, sampling_law
+from hf_fvo.eval import grammar_conditional_law, sampling_law, sampling_law_on
 from hf_fvo.models import load_default_model, load_default_tokenizer
 from hf_fvo.phi import ExactPhi, PrefixLM
 
@@ -59,7 +58,8 @@ def run(keys: list[str], proj_tol: float, max_nodes: int) -> str:
         unexplored = exact_phi.exploration(_root_context(g, prompt)).residual
         # the law of sampling with exact Φ on μ*'s explored sequences (what it puts elsewhere
         # counts in full), against μ* from likelihoods alone: checks the DP
-        exact_tv, support = _tv_on_support(exact_phi, lm, g, prompt, star)
+        on_support = sampling_law_on(g, lm, prompt, exact_phi, star.probs)
+        exact_tv, support = on_support.tv(star) + on_support.residual / 2, len(star.probs)
         try:
             proj = sampling_law(g, lm, prompt, "uniform", tol=proj_tol, max_nodes=max_nodes)
         except GrammarTooLargeError:
@@ -96,27 +96,6 @@ def run(keys: list[str], proj_tol: float, max_nodes: int) -> str:
         "near 1.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _tv_on_support(phi: ExactPhi, lm: PrefixLM, g: Grammar, prompt, star) -> tuple[float, int]:
-    """TV between μ* (explored, from likelihoods) and the law of sampling with ``phi``, whose
-    probability of each of μ*'s sequences is the product of its step probabilities; mass the
-    sampler puts outside μ*'s support counts in full."""
-    from hf_fvo.phi import PhiContext
-
-    prefixes = sorted({seq[:i] for seq in star.probs for i in range(len(seq))}, key=len)
-    steps: dict[tuple[int, ...], torch.Tensor] = {}
-    for start in range(0, len(prefixes), 256):
-        chunk = prefixes[start : start + 256]
-        for prefix, row in zip(chunk, lm.next_logprobs(prompt, chunk), strict=True):
-            ctx = PhiContext(g.walk(prefix), prefix, row, None, prompt)
-            steps[prefix] = torch.log_softmax(row[: g.vocab_size] + phi.log_phi(ctx), 0)
-    tv, inside = 0.0, 0.0
-    for seq, p_star in star.probs.items():
-        p_exact = math.exp(sum(float(steps[seq[:i]][t]) for i, t in enumerate(seq)))
-        tv += abs(p_exact - p_star)
-        inside += p_exact
-    return 0.5 * (tv + max(0.0, 1.0 - inside)), len(star.probs)
 
 
 def _root_context(g: Grammar, prompt: tuple[int, ...]):

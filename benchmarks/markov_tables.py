@@ -33,7 +33,7 @@ from hf_fvo.eval import (
     product_tv,
     sampling_law,
 )
-from hf_fvo.grammar import TokenVocabulary
+from hf_fvo.eval.bench import BRACKETS, suite_model
 from hf_fvo.models import MarkovLM
 from hf_fvo.phi import MarkovExactPhi, PhiContext, RolloutPhi, make_estimator
 from hf_fvo.phi.rollout import hoeffding_half_width
@@ -45,22 +45,13 @@ TABLE_8 = [  # (n, K, p1, published TV(μ_proj, μ*))
     (20, 10, 0.62, 0.670), (22, 11, 0.65, 0.755), (24, 12, 0.68, 0.836), (24, 10, 0.65, 0.884),
     (24, 8, 0.70, 0.961), (26, 13, 0.68, 0.851), (28, 14, 0.68, 0.864), (30, 15, 0.70, 0.909),
 ]  # fmt: skip
-BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])  # BOS 3
 OPEN, CLOSE, EOS, BOS = 0, 1, 2, 3
 ESTIMATORS = ["uniform", "onestep", "onestep_true", "exact"]
-# The toy LM of the Dyck tables (order 1; rows: next-token probabilities of (, ), EOS, BOS):
-# it prefers opening brackets and stops mostly after a closing one, as seed 000's toy LM does.
-TOY = {
-    BOS: [0.90, 0.05, 0.05, 0.0],
-    OPEN: [0.55, 0.40, 0.05, 0.0],
-    CLOSE: [0.35, 0.35, 0.30, 0.0],
-    EOS: [0.25, 0.25, 0.50, 0.0],
-}
 
 
 def toy_lm() -> MarkovLM:
-    table = [TOY[i] for i in range(4)]
-    return MarkovLM.from_table(table, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=EOS)
+    """The toy LM of the Dyck tables (shared with the ``paper`` suite of ``hf-fvo bench``)."""
+    return suite_model({"model": "toy_dyck"}, None)
 
 
 def _machine() -> str:
@@ -179,9 +170,10 @@ def dyck(n: int, seeds: int) -> str:
         f"Command: `python benchmarks/markov_tables.py --part dyck --n {n} --write`. "
         f"Machine: {_machine()}.",
         "",
-        "Model: an order-1 `MarkovLM` over `(`, `)`, EOS and BOS (`TOY` in the script: after "
-        "BOS `(` 0.90; after `(` it opens 0.55, closes 0.40, stops 0.05; after `)` 0.35 / 0.35 "
-        "/ 0.30). The prompt is BOS, which is never admissible. Grammar: "
+        "Model: an order-1 `MarkovLM` over `(`, `)`, EOS and BOS "
+        "(`hf_fvo.eval.bench.TOY_DYCK`: after BOS `(` 0.90; after `(` it opens 0.55, closes "
+        "0.40, stops 0.05; after `)` 0.35 / 0.35 / 0.30). The prompt is BOS, which is never "
+        "admissible. Grammar: "
         "`Grammar.dyck(3, L, vocab)` over that two-character vocabulary; budget L + 1 tokens "
         "(the longest member plus EOS).",
         "",

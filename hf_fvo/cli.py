@@ -1,4 +1,4 @@
-"""Command line: ``hf-fvo demo`` and ``hf-fvo audit``.
+"""Command line: ``hf-fvo demo``, ``hf-fvo audit`` and ``hf-fvo bench``.
 
 Bad input (a missing model folder, an invalid schema) prints one line and exits with status 2.
 """
@@ -237,6 +237,48 @@ def audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def bench(args: argparse.Namespace) -> int:
+    """Run a benchmark suite (a ``datasets`` dataset) and write its results as a dataset (JSONL)
+    and a markdown table."""
+    from tqdm.auto import tqdm
+
+    from hf_fvo.eval.bench import load_suite, markdown, run_row
+
+    try:
+        suite = load_suite(args.suite)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CLIError(str(exc)) from exc
+    except Exception as exc:  # datasets' own errors (offline Hub, bad file): one line
+        raise CLIError(f"cannot load suite {args.suite!r}: {exc}".splitlines()[0]) from exc
+    rows = [r for r in suite if not args.rows or any(k in r["name"] for k in args.rows)]
+    if not rows:
+        raise CLIError(f"no row of {args.suite!r} matches {args.rows}")
+    out_dir = Path(args.out)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"cannot create {out_dir}: {exc.strerror or exc}") from exc
+    needs_default = any(r["model"] == "default" for r in rows)
+    model, tokenizer = _load(args.model) if needs_default else (None, None)
+    draft = None
+    if args.draft == "bf16" and model is not None:
+        draft = _bf16_copy(model)
+    elif args.draft:
+        draft, _ = _load(args.draft)
+    results = []
+    for row in tqdm(rows, desc=f"hf-fvo bench {args.suite}", unit="row"):
+        results.append(run_row(row, model, tokenizer, phi=args.phi, draft=draft,
+                               samples=args.samples, tol=args.tol, seed=args.seed))  # fmt: skip
+    import datasets
+
+    datasets.Dataset.from_list(results).to_json(str(out_dir / "results.jsonl"))
+    table = markdown(results)
+    (out_dir / "results.md").write_text(table)
+    print(table)
+    print(f"results: {out_dir / 'results.jsonl'} (a datasets JSONL), {out_dir / 'results.md'}")
+    return 0
+
+
 def _chat_prompt(tokenizer, text: str) -> tuple[int, ...]:
     if getattr(tokenizer, "chat_template", None):
         out = tokenizer.apply_chat_template(
@@ -293,6 +335,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", default="hf_fvo_audit.png", help="where to write the figure")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=audit)
+
+    p = sub.add_parser("bench", help="run a benchmark suite; results as a dataset and a table")
+    p.add_argument("--suite", default="paper", help="paper, structured, a .jsonl/.parquet file "
+                   "or a Hub dataset id")  # fmt: skip
+    p.add_argument("--model", help="local Transformers model folder (default: embedded SmolLM2)")
+    p.add_argument("--draft", help="draft model folder, or 'bf16' (a bfloat16 copy): FVO-Spec")
+    p.add_argument("--phi", default="exact", help="estimator compared with masking")
+    p.add_argument("--samples", type=int, default=100, help="draws where no oracle applies")
+    p.add_argument("--tol", type=float, default=1e-6, help="unexplored mass of exact laws")
+    p.add_argument("--rows", nargs="*", help="only rows whose name contains one of these")
+    p.add_argument("--out", default="hf_fvo_bench", help="output folder")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=bench)
     return parser
 
 

@@ -5,7 +5,13 @@ Nothing in ``grammar``, ``phi`` or ``generation`` imports this package.
 """
 
 from hf_fvo.eval.audit import AuditReport, Branch, audit
-from hf_fvo.eval.laws import TerminalLaw, grammar_conditional_law, sampling_law, sequence_law
+from hf_fvo.eval.laws import (
+    TerminalLaw,
+    grammar_conditional_law,
+    sampling_law,
+    sampling_law_on,
+    sequence_law,
+)
 from hf_fvo.eval.plots import plot_audit
 from hf_fvo.eval.product import ProductComparison, product_tv
 from hf_fvo.eval.stats import bootstrap_tv_ci, empirical_law, empirical_tv, null_tv_percentiles
@@ -24,5 +30,6 @@ __all__ = [
     "plot_audit",
     "product_tv",
     "sampling_law",
+    "sampling_law_on",
     "sequence_law",
 ]

@@ -19,7 +19,13 @@ import torch
 from hf_fvo.grammar import Grammar, GrammarTooLargeError
 from hf_fvo.phi import PhiContext, PhiEstimator, PrefixLM, admissible_mask, make_estimator
 
-__all__ = ["TerminalLaw", "grammar_conditional_law", "sampling_law", "sequence_law"]
+__all__ = [
+    "TerminalLaw",
+    "grammar_conditional_law",
+    "sampling_law",
+    "sampling_law_on",
+    "sequence_law",
+]
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,50 @@ def sampling_law(
         phi,
     )
     return TerminalLaw({k: math.exp(v) for k, v in logs.items()}, residual, forwards)
+
+
+def sampling_law_on(
+    grammar: Grammar,
+    model: Any,
+    prompt: tuple[int, ...],
+    phi: str | PhiEstimator,
+    sequences: Any,
+    *,
+    batch_size: int = 32,
+) -> TerminalLaw:
+    """The law of sampling p_t·Φ̂_t step by step, evaluated on the given complete sequences only
+    (each gets the product of its step probabilities); ``residual`` is the mass it puts
+    elsewhere. With ``sequences`` = μ*'s explored support, TV to μ* needs no exploration of the
+    sampler's own support.
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.eval import grammar_conditional_law, sampling_law_on
+        >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
+        >>> from hf_fvo.phi import ExactPhi
+        >>> tok = load_default_tokenizer()
+        >>> model = tiny_random_llama(len(tok))
+        >>> g = Grammar.from_choices(["yes", "no"], tok)
+        >>> star = grammar_conditional_law(g, model, (1,))
+        >>> law = sampling_law_on(g, model, (1,), ExactPhi(g, model, tol=0.0), star.probs)
+        >>> law.tv(star) < 1e-12 and law.residual < 1e-12
+        True
+    """
+    lm = PrefixLM.wrap(model, batch_size=batch_size)
+    phi = make_estimator(phi, grammar, model)
+    sequences = [tuple(s) for s in sequences]
+    prefixes = sorted({s[:i] for s in sequences for i in range(len(s))}, key=len)
+    steps: dict[tuple[int, ...], torch.Tensor] = {}
+    for start in range(0, len(prefixes), 256):  # bounded memory
+        chunk = prefixes[start : start + 256]
+        for prefix, row in zip(chunk, lm.next_logprobs(prompt, chunk), strict=True):
+            state = grammar.walk(prefix)
+            if state is None:
+                raise ValueError(f"the sequence prefix {prefix} leaves {grammar.source}")
+            ctx = PhiContext(state, prefix, row, None, prompt)
+            steps[prefix] = torch.log_softmax(row[: grammar.vocab_size] + phi.log_phi(ctx), 0)
+    probs = {s: math.exp(sum(float(steps[s[:i]][t]) for i, t in enumerate(s))) for s in sequences}
+    return TerminalLaw(probs, residual=max(0.0, 1.0 - sum(probs.values())))
 
 
 def sequence_law(

@@ -1,0 +1,209 @@
+"""Benchmark suites as Hugging Face ``datasets``, and the runner behind ``hf-fvo bench``.
+
+A suite row names a grammar (``family``: json / regex / choices / dyck / budget, ``grammar``: its
+JSON-encoded spec), a ``prompt``, the ``model`` it is meant for (``default``: the model under
+test; ``toy_dyck`` and ``bernoulli``: the Markov LMs of the exact-oracle tables), which
+``oracle`` applies (``trie``: exact laws by exploring a finite language's token trie; ``markov``:
+exact TV over product states; ``sampled``: none) and ``max_new_tokens``. Shipped suites:
+``paper`` (seed 000's families) and ``structured`` (tool calls, extraction, API responses, enums,
+arrays, optional fields); any JSONL/parquet file or Hub dataset with these columns works too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hf_fvo.eval.audit import _two_sample_tv
+from hf_fvo.eval.laws import grammar_conditional_law, sampling_law, sampling_law_on
+from hf_fvo.eval.product import product_tv
+from hf_fvo.grammar import Grammar, GrammarTooLargeError, TokenVocabulary
+from hf_fvo.phi import ExactPhi, PrefixLM
+
+__all__ = ["COLUMNS", "SUITES", "load_suite", "run_row", "suite_grammar", "suite_model"]
+
+SUITES = {p.stem: p for p in sorted((Path(__file__).parent / "suites").glob("*.jsonl"))}
+COLUMNS = ("name", "family", "grammar", "prompt", "model", "oracle", "max_new_tokens")
+# The toy LM of the Dyck tables: order 1 over "(", ")", EOS, BOS (rows: next-token probabilities);
+# it prefers opening brackets and mostly stops after a closing one.
+TOY_DYCK = [
+    [0.55, 0.40, 0.05, 0.0],  # after "("
+    [0.35, 0.35, 0.30, 0.0],  # after ")"
+    [0.25, 0.25, 0.50, 0.0],  # after EOS
+    [0.90, 0.05, 0.05, 0.0],  # after BOS (the prompt)
+]
+BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])  # BOS 3
+
+
+def load_suite(name: str) -> Any:
+    """A suite as a ``datasets.Dataset``: ``"paper"``, ``"structured"``, a local .jsonl/.json/
+    .parquet file, or a Hub dataset id (online only).
+
+    Raises:
+        FileNotFoundError: neither a shipped suite nor an existing file, and not a Hub id.
+        ValueError: the dataset lacks a required column.
+
+    Example:
+        >>> from hf_fvo.eval.bench import load_suite
+        >>> suite = load_suite("paper")
+        >>> len(suite) > 10 and set(suite.column_names) >= {"grammar", "oracle"}
+        True
+    """
+    import datasets
+
+    datasets.disable_progress_bars()
+    if name in SUITES:
+        ds = datasets.load_dataset("json", data_files=str(SUITES[name]), split="train")
+    elif Path(name).is_file():
+        kind = "parquet" if name.endswith(".parquet") else "json"
+        ds = datasets.load_dataset(kind, data_files=name, split="train")
+    elif "/" in name and not Path(name).exists() and not name.startswith((".", "/")):
+        ds = datasets.load_dataset(name, split="train")
+    else:
+        raise FileNotFoundError(
+            f"no suite {name!r}: use one of {sorted(SUITES)}, a .jsonl/.parquet file or a Hub id"
+        )
+    missing = [c for c in COLUMNS if c not in ds.column_names]
+    if missing:
+        raise ValueError(f"suite {name!r} lacks the columns {missing}")
+    return ds
+
+
+def suite_model(row: dict, default: Any) -> Any:
+    """The model a row is meant for: ``default``, or one of the exact-oracle Markov LMs."""
+    from hf_fvo.models import MarkovLM
+
+    if row["model"] == "default":
+        return default
+    if row["model"] == "toy_dyck":
+        return MarkovLM.from_table(TOY_DYCK, bos_token_id=3, eos_token_id=2, pad_token_id=2)
+    if row["model"] == "bernoulli":
+        p1, e = json.loads(row["grammar"])["p1"], 0.05  # any EOS probability gives the same laws
+        return MarkovLM.from_table([[(1 - e) * (1 - p1), (1 - e) * p1, e]] * 3, eos_token_id=2,
+                                   pad_token_id=2)  # fmt: skip
+    raise ValueError(f"row {row['name']!r}: unknown model {row['model']!r}")
+
+
+def suite_grammar(row: dict, tokenizer: Any, vocab_size: int) -> tuple[Grammar, tuple[int, ...]]:
+    """The row's grammar and prompt token ids (chat template for ``default`` models)."""
+    spec = json.loads(row["grammar"])
+    family = row["family"]
+    if family == "dyck":
+        return Grammar.dyck(spec["depth"], spec["max_length"], BRACKETS), (3,)
+    if family == "budget":
+        g = Grammar.budget(spec["n"], spec["k"], zero=0, one=1, eos_token_id=2, vocab_size=3)
+        return g, (0,)
+    if family == "json":
+        g = Grammar.from_json_schema(spec, tokenizer, whitespace="", vocab_size=vocab_size)
+    elif family == "regex":
+        g = Grammar.from_regex(spec, tokenizer, vocab_size=vocab_size)
+    elif family == "choices":
+        g = Grammar.from_choices(spec, tokenizer, vocab_size=vocab_size)
+    else:
+        raise ValueError(f"row {row['name']!r}: unknown family {family!r}")
+    messages = [{"role": "user", "content": row["prompt"]}]
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                            return_dict=True)["input_ids"]  # fmt: skip
+    else:
+        ids = tokenizer(row["prompt"])["input_ids"]
+    return g, tuple(ids)
+
+
+def run_row(
+    row: dict,
+    model: Any,
+    tokenizer: Any,
+    *,
+    phi: str = "exact",
+    draft: Any = None,
+    samples: int = 100,
+    tol: float = 1e-6,
+    max_nodes: int = 50_000,
+    seed: int = 0,
+) -> dict:
+    """Measure one suite row: exact TV(μ_proj, μ*) and TV(μ_Φ̂, μ*) where an oracle applies, a
+    sampled comparison otherwise, and with a ``draft`` FVO-Spec acceptance and tokens/s."""
+    import hf_fvo
+
+    model = suite_model(row, model)
+    g, prompt = suite_grammar(row, tokenizer, model.config.vocab_size)
+    budget = int(row["max_new_tokens"])
+    out: dict[str, Any] = {"name": row["name"], "family": row["family"],
+                           "oracle": row["oracle"], "phi": phi}  # fmt: skip
+    t0 = time.perf_counter()
+    if row["oracle"] == "markov":
+        out["tv_proj_star"] = product_tv(g, model, prompt, "uniform", "exact",
+                                         max_new_tokens=budget).tv  # fmt: skip
+        out["tv_phi_star"] = product_tv(g, model, prompt, phi, "exact", max_new_tokens=budget).tv
+        out["exact"] = True
+    elif row["oracle"] == "trie":
+        lm = PrefixLM(model, batch_size=32, cache_rows=20_000)  # rows shared by the laws
+        est = ExactPhi(g, lm, tol=tol, max_nodes=max_nodes) if phi == "exact" else phi
+        try:
+            star = grammar_conditional_law(g, lm, prompt, tol=tol, max_nodes=max_nodes)
+            proj = sampling_law(g, lm, prompt, "uniform", tol=tol, max_nodes=max_nodes)
+            mine = sampling_law_on(g, lm, prompt, est, star.probs)
+        except GrammarTooLargeError:
+            out["exact"] = False
+        else:
+            text = lambda s: tokenizer.decode([t for t in s if t not in g.eos_token_ids])  # noqa: E731
+            out["tv_proj_star"] = proj.tv(star)
+            out["tv_proj_star_strings"] = proj.pushforward(text).tv(star.pushforward(text))
+            out["tv_phi_star"] = mine.tv(star) + mine.residual / 2
+            out["residual"] = star.residual + proj.residual
+            out["exact"] = True
+    else:
+        out["exact"] = False
+    if not out["exact"] and samples >= 2:
+        torch.manual_seed(seed)
+        ids = torch.tensor([prompt]).expand(samples, -1)
+        draws, seconds = {}, {}
+        for name in ("uniform", phi):
+            t1 = time.perf_counter()
+            seqs = hf_fvo.generate(model, ids, grammar=g, phi=name, max_new_tokens=budget,
+                                   do_sample=True, top_k=0)[:, len(prompt) :].tolist()  # fmt: skip
+            seconds[name] = time.perf_counter() - t1
+            draws[name] = [tuple(s[: s.index(g.eos_token_id) + 1] if g.eos_token_id in s else s)
+                           for s in seqs]  # fmt: skip
+        masked, reweighted = ([str(s) for s in draws[k]] for k in ("uniform", phi))
+        tv, p95 = _two_sample_tv(masked, reweighted, np.random.default_rng(seed))
+        out.update(sampled_tv=tv, sampled_null_p95=p95, samples=samples,
+                   phi_overhead=seconds[phi] / seconds["uniform"])  # fmt: skip
+    if draft is not None and row["model"] == "default" and samples:
+        torch.manual_seed(seed)
+        accepted = proposed = tokens = 0
+        t1 = time.perf_counter()
+        for _ in range(samples):
+            res = hf_fvo.generate(model, torch.tensor([prompt]), grammar=g, phi=phi,
+                                  assistant_model=draft, do_sample=True, top_k=0,
+                                  max_new_tokens=budget, return_dict_in_generate=True)  # fmt: skip
+            accepted += sum(res.speculation.accepted)
+            proposed += sum(res.speculation.proposed)
+            tokens += res.sequences.shape[1] - len(prompt)
+        out.update(acceptance=accepted / max(proposed, 1),
+                   tokens_per_s=tokens / (time.perf_counter() - t1))  # fmt: skip
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def markdown(results: list[dict]) -> str:
+    """The results as a markdown table (blank cells where a measure does not apply)."""
+    cols = [("name", "row"), ("oracle", "oracle"), ("tv_proj_star", "TV(μ_proj, μ*)"),
+            ("tv_proj_star_strings", "… over texts"), ("tv_phi_star", "TV(μ_Φ̂, μ*)"),
+            ("sampled_tv", "TV(masked, Φ̂) sampled"), ("sampled_null_p95", "null p95"),
+            ("phi_overhead", "Φ̂ time ÷ masking"), ("acceptance", "acceptance"),
+            ("tokens_per_s", "tokens/s"), ("seconds", "seconds")]  # fmt: skip
+    lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * len(cols)]
+    for r in results:
+        cells = []
+        for key, _ in cols:
+            v = r.get(key)
+            cells.append("" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

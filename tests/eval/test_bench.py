@@ -1,0 +1,65 @@
+"""Benchmark suites load as datasets with the documented columns; rows with an exact oracle
+reproduce the published figures; hf-fvo bench writes a dataset and refuses bad input."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+
+from hf_fvo.cli import main
+from hf_fvo.eval.bench import COLUMNS, SUITES, load_suite, run_row, suite_grammar
+
+
+@pytest.mark.parametrize("name", sorted(SUITES))
+def test_shipped_suites_load_and_their_grammars_compile(name, smol_tokenizer):
+    suite = load_suite(name)
+    assert len(suite) >= 7 and set(COLUMNS) <= set(suite.column_names)
+    for row in suite:
+        assert row["oracle"] in {"trie", "markov", "sampled"}
+        grammar, prompt = suite_grammar(row, smol_tokenizer, 49152)
+        assert grammar.num_states > 1 and len(prompt) >= 1
+        if row["oracle"] != "sampled":
+            assert grammar.is_finite
+
+
+def test_a_local_file_is_a_suite_and_columns_are_checked(tmp_path):
+    row = {"name": "yes/no", "family": "choices", "grammar": json.dumps(["yes", "no"]),
+           "prompt": "Yes?", "model": "default", "oracle": "trie", "max_new_tokens": 4}  # fmt: skip
+    good = tmp_path / "mine.jsonl"
+    good.write_text(json.dumps(row) + "\n")
+    assert load_suite(str(good))[0]["name"] == "yes/no"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"name": "x"}) + "\n")
+    with pytest.raises(ValueError, match="lacks the columns"):
+        load_suite(str(bad))
+    with pytest.raises(FileNotFoundError, match="no suite"):
+        load_suite("no-such-suite")
+
+
+def test_markov_rows_reproduce_seed_table_8():
+    row = next(r for r in load_suite("paper") if r["name"] == "budget n=24 K=8 p1=0.7")
+    result = run_row(row, None, None, phi="exact")
+    assert round(result["tv_proj_star"], 3) == 0.961 and result["tv_phi_star"] <= 1e-12
+
+
+def test_bench_cli_writes_a_dataset_and_a_table(tmp_path, capsys):
+    assert main(["bench", "--rows", "dyck D3,12", "--out", str(tmp_path)]) == 0
+    results = datasets.load_dataset("json", data_files=str(tmp_path / "results.jsonl"),
+                                    split="train")  # fmt: skip
+    assert results[0]["name"] == "dyck D3,12" and results[0]["exact"]
+    assert "| dyck D3,12 | markov |" in (tmp_path / "results.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "--suite", "/no/such/file.jsonl"], "no suite"),
+        (["bench", "--rows", "no row has this name"], "no row"),
+    ],
+)
+def test_bench_bad_input_prints_one_line_and_exits_2(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
