@@ -1,7 +1,8 @@
-"""Project contract: CI runs exactly the README's test command; examples run."""
+"""Project contract: CI runs exactly the README's test command; every example runs."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,45 @@ def test_grammar_masked_json_example_runs():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith('{"city":"')
+
+
+def _run_example(name: str, *args: str, cwd=None) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args],
+                         capture_output=True, text=True, timeout=600, cwd=cwd)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def test_every_example_is_covered_here():
+    tested = {"grammar_masked_json.py", "json_extraction.py", "regex_exact.py",
+              "fvo_spec_draft.py", "audit_schema.py"}  # fmt: skip
+    assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested
+
+
+def test_json_extraction_example_samples_members():
+    lines = _run_example("json_extraction.py", "--samples", "2").strip().splitlines()
+    assert len(lines) == 2
+    assert all(set(json.loads(line)) == {"product", "sentiment"} for line in lines)
+
+
+def test_regex_exact_example_prints_certified_years():
+    lines = _run_example("regex_exact.py", "--samples", "3").strip().splitlines()
+    assert len(lines) == 3
+    for line in lines:
+        year, rest = line.split(" ", 1)
+        assert len(year) == 4 and year[:2] in {"19", "20"} and "TV ≤ 0.0e+00" in rest
+
+
+def test_fvo_spec_example_samples_members_with_a_draft():
+    lines = _run_example("fvo_spec_draft.py", "--samples", "2").strip().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        text, rate = line.split("  acceptance ")
+        assert json.loads(text)["status"] in {"ok", "error", "pending"} and 0 <= float(rate) <= 1
+
+
+def test_audit_example_writes_its_figure(tmp_path):
+    out = _run_example("audit_schema.py", "--png", str(tmp_path / "a.png"), "--samples", "2",
+                       "--tol", "1e-4")  # fmt: skip
+    assert "TV(μ_proj, μ*) over texts" in out
+    assert (tmp_path / "a.png").stat().st_size > 10_000
