@@ -183,33 +183,48 @@ def throughput(tok, model, draft, n: int, gamma: int) -> list[str]:
     exact = ExactPhi(g, PrefixLM(model, batch_size=64), tol=1e-6, max_nodes=200_000)
     exact.exploration(_root(g, prompt))
     explore = time.perf_counter() - t0
-    estimators = {"uniform": "uniform", "onestep": "onestep", "exact": exact}
+    estimators = {  # name: (verifier Φ̂, draft Φ̂)
+        "uniform": ("uniform", None),
+        "onestep": ("onestep", None),
+        "exact": (exact, None),
+        "onestep, draft_phi='same'": ("onestep", "same"),
+        "exact, draft_phi='same'": (exact, "same"),
+    }
     seconds = dict.fromkeys(estimators, 0.0)
     tokens = dict.fromkeys(estimators, 0)
+    accepted = {k: [0, 0] for k in estimators}
     torch.manual_seed(0)
     for _ in range(n):  # interleaved, so drift on the machine hits every estimator alike
-        for name, phi in estimators.items():
+        for name, (phi, draft_phi) in estimators.items():
             t0 = time.perf_counter()
-            seq, _ = _spec(model, draft, ids, g, phi, num_assistant_tokens=gamma)
+            seq, stats = _spec(model, draft, ids, g, phi, num_assistant_tokens=gamma,
+                               draft_phi=draft_phi)  # fmt: skip
             seconds[name] += time.perf_counter() - t0
             tokens[name] += len(seq)
+            accepted[name][0] += sum(stats.accepted)
+            accepted[name][1] += sum(stats.proposed)
     rate = {k: tokens[k] / seconds[k] for k in estimators}
     lines = [
         f"### Throughput: FVO-Spec ÷ mask-only speculative decoding (schema {key[0]})",
         "",
         f"Machine: {_machine()}; {gamma} draft tokens per round; {n} generations per estimator, "
-        "interleaved; grammar-aware draft with the grammar mask only (`draft_phi=None`).",
+        "interleaved; grammar-aware draft, masked only (`draft_phi=None`) or reweighted by the "
+        "verifier's own Φ̂ (`draft_phi='same'`).",
         "",
-        "| verifier Φ̂ | tokens/s | ratio to mask-only |",
-        "|---|---|---|",
+        "| verifier Φ̂ | tokens/s | ratio to mask-only | acceptance |",
+        "|---|---|---|---|",
     ]
-    lines += [f"| {k} | {rate[k]:.1f} | {rate[k] / rate['uniform']:.3f} |" for k in estimators]
+    lines += [
+        f"| {k} | {rate[k]:.1f} | {rate[k] / rate['uniform']:.3f} | "
+        f"{accepted[k][0] / max(accepted[k][1], 1):.3f} |"
+        for k in estimators
+    ]
     lines += [
         "",
         f"`exact` explores its token trie once per prompt ({explore:.0f} s here, before the timed "
         "runs, cached for all of them); per step it is a table lookup.",
     ]
-    for line in lines[-6:]:
+    for line in lines[-9:]:
         print(line, flush=True)
     return lines
 
