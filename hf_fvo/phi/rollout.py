@@ -108,10 +108,14 @@ class RolloutPhi(OneStepPhi):
         self.rollout_tokens = 0  # total rows × steps computed
 
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
+        return self._rolled_out(ctx, super().log_phi(ctx))
+
+    def _rolled_out(self, ctx: PhiContext, onestep: torch.Tensor) -> torch.Tensor:
+        """Rollout estimates over ``onestep`` (OneStep everywhere, −inf off the admissible set)."""
         if not ctx.prompt:
             raise ValueError("rollouts need the prompt token ids (PhiContext.prompt)")
         g = self.grammar
-        out = super().log_phi(ctx)  # OneStep everywhere, −inf off the admissible set
+        out = onestep.clone()
         eos = list(g.eos_token_ids)
         logp = torch.log_softmax(ctx.logits.double(), dim=-1)[: g.vocab_size]
         score = logp + out
@@ -233,7 +237,7 @@ class GatedPhi(RolloutPhi):
             self._escalated[ctx.generated] = False
             return onestep
         self.escalations += 1
-        rolled = super().log_phi(ctx)
+        rolled = self._rolled_out(ctx, onestep)  # reuses the OneStep vector
         a, b = torch.softmax(logp + onestep, 0), torch.softmax(logp + rolled, 0)
         if 0.5 * float((a - b).abs().sum()) < self.min_tv:
             self._escalated[ctx.generated] = False
