@@ -8,29 +8,32 @@ Usage: python benchmarks/exact_laws_smollm2.py [--schemas A B C D] [--tol 1e-10]
 from __future__ import annotations
 
 import argparse
+import math
 import platform
 import re
 import time
 
+import numpy as np
 import torch
 import transformers
 from docs_section import DOCS, write_section
 from schemas import SCHEMAS, compiled
 
 from hf_fvo import Grammar, GrammarTooLargeError
-from hf_fvo.eval import grammar_conditional_law, sampling_law, sampling_law_on
+from hf_fvo.eval import TerminalLaw, sampling_law, sampling_law_on
 from hf_fvo.models import load_default_model, load_default_tokenizer
 from hf_fvo.phi import ExactPhi, PrefixLM
+from hf_fvo.phi.exact import TrieExploration
 
 # Exploration tolerance per schema (unexplored μ* mass relative to the explored mass).
 TOLS = {"A": 1e-9, "B": 1e-9, "C": 1e-9, "D": 1e-9}
 SECTION = "## Exact terminal laws on finite JSON schemas (SmolLM2)"
 
 
-def run(keys: list[str], proj_tol: float, max_nodes: int) -> str:
+def run(keys: list[str], proj_tol: float, max_nodes: int, cache_rows: int, kv_gb: float) -> str:
     tok, model = load_default_tokenizer(), load_default_model()
     # one shared PrefixLM: every row is computed once for all four laws
-    lm = PrefixLM(model, batch_size=64, cache_rows=40_000, kv_bytes=4 << 30)
+    lm = PrefixLM(model, batch_size=64, cache_rows=cache_rows, kv_bytes=int(kv_gb * (1 << 30)))
     lines = [
         SECTION,
         "",
@@ -53,9 +56,12 @@ def run(keys: list[str], proj_tol: float, max_nodes: int) -> str:
         t0 = time.perf_counter()
         before = lm.forwards
         tol = TOLS[key[0]]
-        star = grammar_conditional_law(g, lm, prompt, tol=tol, max_nodes=max_nodes)
+        # one best-first exploration serves both laws: exact Φ's DP runs on it, and μ* on the
+        # explored support comes from the likelihoods of its complete sequences
         exact_phi = ExactPhi(g, lm, tol=tol, max_nodes=max_nodes)
-        unexplored = exact_phi.exploration(_root_context(g, prompt)).residual
+        exploration = exact_phi.exploration(_root_context(g, prompt))
+        star = _star(exploration)
+        unexplored = exploration.residual
         # the law of sampling with exact Φ on μ*'s explored sequences (what it puts elsewhere
         # counts in full), against μ* from likelihoods alone: checks the DP
         on_support = sampling_law_on(g, lm, prompt, exact_phi, star.probs)
@@ -98,6 +104,14 @@ def run(keys: list[str], proj_tol: float, max_nodes: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _star(exploration: TrieExploration) -> TerminalLaw:
+    """μ* on the explored support: sequence likelihoods renormalised (no Φ involved)."""
+    logs = exploration.completions()
+    z = np.logaddexp.reduce(np.array(list(logs.values())))
+    probs = {seq: math.exp(v - z) for seq, v in logs.items()}
+    return TerminalLaw(probs, exploration.residual)
+
+
 def _root_context(g: Grammar, prompt: tuple[int, ...]):
     from hf_fvo.phi import PhiContext
 
@@ -109,10 +123,12 @@ def main() -> None:
     parser.add_argument("--schemas", nargs="*", default=["A", "B", "C", "D"])
     parser.add_argument("--proj-tol", type=float, default=1e-3)
     parser.add_argument("--max-nodes", type=int, default=30_000)
+    parser.add_argument("--cache-rows", type=int, default=40_000, help="PrefixLM row cache")
+    parser.add_argument("--kv-gb", type=float, default=4.0, help="PrefixLM key/value store")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     keys = [k for k in SCHEMAS if k[0] in args.schemas and k[0] in TOLS]
-    table = run(keys, args.proj_tol, args.max_nodes)
+    table = run(keys, args.proj_tol, args.max_nodes, args.cache_rows, args.kv_gb)
     print(table)
     if args.write:
         table = keep_other_rows(table, [k[0] for k in keys])

@@ -58,6 +58,23 @@ class TrieExploration:
         node = self.nodes[prefix]
         return node.children, node.log_phi_lo
 
+    def completions(self) -> dict[tuple[int, ...], float]:
+        """log p(x | root) of every explored complete sequence x (EOS included, relative to the
+        root): the likelihoods behind μ* on the explored support, from this exploration's own
+        forwards (no Φ involved), so μ* needs no second exploration."""
+        eos = set(self.grammar.eos_token_ids)
+        path = {self.root: 0.0}
+        out: dict[tuple[int, ...], float] = {}
+        for prefix in self.order:  # parents are expanded before their children
+            node, weight = self.nodes[prefix], path[prefix]
+            for tok, lp in zip(node.children.tolist(), node.child_logp.tolist(), strict=True):
+                child = (*prefix, tok)
+                if tok in eos and lp > -math.inf:
+                    out[child[len(self.root) :]] = weight + lp
+                elif child in self.nodes:
+                    path[child] = weight + lp
+        return out
+
 
 class ExactPhi(PhiEstimator):
     """Exact future validity on finite (or budget-bounded) languages, with any LM.
@@ -207,7 +224,9 @@ class ExactPhi(PhiEstimator):
                     frontier_logs[child] = logp_path + lp
                     counter += 1
         if frontier_logs:
-            rest = torch.logsumexp(torch.tensor(list(frontier_logs.values())), 0).item()
+            rest = torch.logsumexp(
+                torch.tensor(list(frontier_logs.values()), dtype=torch.float64), 0
+            ).item()
             ex.residual = math.exp(rest - done_log) if done_log > -math.inf else math.inf
         self._backward(ex)
         return ex

@@ -232,8 +232,8 @@ def _expanded(cache: Any, batch: int) -> Any:
     shared = DynamicCache()
     for layer_idx, layer in enumerate(cache.layers):
         shared.update(
-            layer.keys.expand(batch, -1, -1, -1).contiguous(),
-            layer.values.expand(batch, -1, -1, -1).contiguous(),
+            layer.keys.expand(batch, -1, -1, -1),
+            layer.values.expand(batch, -1, -1, -1),
             layer_idx,
         )
     return shared

@@ -17,7 +17,7 @@ from hf_fvo.eval import (
     null_tv_percentiles,
     sampling_law,
 )
-from hf_fvo.phi import ExactPhi
+from hf_fvo.phi import ExactPhi, PhiContext
 from tests.lms import random_bigram
 
 CHOICES = ["ab", "abc", "ba", "bca", "cab", "c"]
@@ -80,6 +80,22 @@ def test_tolerance_bounds_the_unexplored_mass(world):
     assert 0 < cut.residual <= 0.05 and len(cut.probs) < len(full.probs)
     missing = sum(p for k, p in full.probs.items() if k not in cut.probs)
     assert missing <= cut.residual + 1e-12
+
+
+@pytest.mark.parametrize("tol", [0.0, 0.05])
+def test_exact_phi_exploration_gives_mu_star_without_a_second_exploration(world, tol):
+    grammar, model = world
+    phi = ExactPhi(grammar, model, tol=tol)
+    ctx = PhiContext(grammar.initial_state, (), torch.zeros(grammar.vocab_size), None, PROMPT)
+    ex = phi.exploration(ctx)
+    logs = ex.completions()
+    z = np.logaddexp.reduce(np.array(list(logs.values())))
+    star = grammar_conditional_law(grammar, model, PROMPT, tol=tol)
+    assert logs.keys() == star.probs.keys()  # same best-first exploration, same support
+    assert TerminalLaw({k: math.exp(v - z) for k, v in logs.items()}).tv(star) < 1e-12
+    assert math.isclose(ex.residual, star.residual, rel_tol=1e-9, abs_tol=1e-15)
+    if tol == 0.0:
+        assert star.tv(TerminalLaw(_brute_star(grammar, model))) < 1e-12
 
 
 def test_kl_and_pushforward():
