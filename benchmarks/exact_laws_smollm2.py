@@ -8,22 +8,19 @@ Usage: python benchmarks/exact_laws_smollm2.py [--schemas A B C D] [--tol 1e-10]
 from __future__ import annotations
 
 import argparse
-import math
 import platform
 import re
 import time
 
-import numpy as np
 import torch
 import transformers
 from docs_section import DOCS, write_section
 from schemas import SCHEMAS, compiled
 
-from hf_fvo import Grammar, GrammarTooLargeError
+from hf_fvo import GrammarTooLargeError
 from hf_fvo.eval import TerminalLaw, sampling_law, sampling_law_on
 from hf_fvo.models import load_default_model, load_default_tokenizer
 from hf_fvo.phi import ExactPhi, PrefixLM
-from hf_fvo.phi.exact import TrieExploration
 
 # Exploration tolerance per schema (unexplored μ* mass relative to the explored mass).
 TOLS = {"A": 1e-9, "B": 1e-9, "C": 1e-9, "D": 1e-9}
@@ -59,8 +56,8 @@ def run(keys: list[str], proj_tol: float, max_nodes: int, cache_rows: int, kv_gb
         # one best-first exploration serves both laws: exact Φ's DP runs on it, and μ* on the
         # explored support comes from the likelihoods of its complete sequences
         exact_phi = ExactPhi(g, lm, tol=tol, max_nodes=max_nodes)
-        exploration = exact_phi.exploration(_root_context(g, prompt))
-        star = _star(exploration)
+        exploration = exact_phi.root_exploration(prompt)
+        star = TerminalLaw.from_log_weights(exploration.completions(), exploration.residual)
         unexplored = exploration.residual
         # the law of sampling with exact Φ on μ*'s explored sequences (what it puts elsewhere
         # counts in full), against μ* from likelihoods alone: checks the DP
@@ -102,20 +99,6 @@ def run(keys: list[str], proj_tol: float, max_nodes: int, cache_rows: int, kv_gb
         "near 1.",
     ]
     return "\n".join(lines) + "\n"
-
-
-def _star(exploration: TrieExploration) -> TerminalLaw:
-    """μ* on the explored support: sequence likelihoods renormalised (no Φ involved)."""
-    logs = exploration.completions()
-    z = np.logaddexp.reduce(np.array(list(logs.values())))
-    probs = {seq: math.exp(v - z) for seq, v in logs.items()}
-    return TerminalLaw(probs, exploration.residual)
-
-
-def _root_context(g: Grammar, prompt: tuple[int, ...]):
-    from hf_fvo.phi import PhiContext
-
-    return PhiContext(g.initial_state, (), torch.zeros(g.vocab_size), None, prompt)
 
 
 def main() -> None:

@@ -268,7 +268,8 @@ def bench(args: argparse.Namespace) -> int:
     results = []
     for row in tqdm(rows, desc=f"hf-fvo bench {args.suite}", unit="row"):
         results.append(run_row(row, model, tokenizer, phi=args.phi, draft=draft,
-                               samples=args.samples, tol=args.tol, seed=args.seed))  # fmt: skip
+                               samples=args.samples, tol=args.tol, proj_tol=args.proj_tol,
+                               max_nodes=args.max_nodes, seed=args.seed))  # fmt: skip
     import datasets
 
     datasets.Dataset.from_list(results).to_json(str(out_dir / "results.jsonl"))
@@ -343,7 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", help="draft model folder, or 'bf16' (a bfloat16 copy): FVO-Spec")
     p.add_argument("--phi", default="exact", help="estimator compared with masking")
     p.add_argument("--samples", type=int, default=100, help="draws where no oracle applies")
-    p.add_argument("--tol", type=float, default=1e-6, help="unexplored mass of exact laws")
+    p.add_argument("--tol", type=float, default=1e-6, help="unexplored mass of μ* and exact Φ")
+    p.add_argument("--proj-tol", type=float, default=1e-3, help="unexplored mass of μ_proj")
+    p.add_argument("--max-nodes", type=int, default=50_000, help="forwards per exact law")
     p.add_argument("--rows", nargs="*", help="only rows whose name contains one of these")
     p.add_argument("--out", default="hf_fvo_bench", help="output folder")
     p.add_argument("--seed", type=int, default=0)

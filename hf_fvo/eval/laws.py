@@ -45,6 +45,27 @@ class TerminalLaw:
     residual: float = 0.0
     forwards: int = 0
 
+    @classmethod
+    def from_log_weights(
+        cls, logs: dict[Any, float], residual: float = 0.0, forwards: int = 0
+    ) -> TerminalLaw:
+        """The law proportional to ``exp(logs)`` (normalised in log space), e.g. μ* on an
+        exploration's support from ``ExactPhi.root_exploration(prompt).completions()``.
+
+        Example:
+            >>> import math
+            >>> from hf_fvo.eval import TerminalLaw
+            >>> law = TerminalLaw.from_log_weights({(1,): math.log(3.0), (2,): 0.0})
+            >>> {k: round(p, 12) for k, p in law.probs.items()}
+            {(1,): 0.75, (2,): 0.25}
+        """
+        if not logs:
+            raise ValueError("a terminal law needs at least one sequence")
+        z = np.logaddexp.reduce(np.array(list(logs.values()), dtype=np.float64))
+        if not np.isfinite(z):
+            raise ValueError("every sequence has zero weight")
+        return cls({k: math.exp(v - z) for k, v in logs.items()}, residual, forwards)
+
     def tv(self, other: TerminalLaw) -> float:
         """Total variation over the union of listed sequences (error ≤ (r₁ + r₂)/2)."""
         keys = self.probs.keys() | other.probs.keys()
@@ -119,8 +140,7 @@ def grammar_conditional_law(
         max_nodes,
         None,
     )
-    z = np.logaddexp.reduce(np.array(list(logs.values())))
-    return TerminalLaw({k: math.exp(v - z) for k, v in logs.items()}, residual, forwards)
+    return TerminalLaw.from_log_weights(logs, residual, forwards)
 
 
 def sampling_law(
@@ -232,9 +252,9 @@ def sequence_law(
         for prefix, row in zip(chunk, lm.next_logprobs(prompt, chunk), strict=True):
             for tok in needed[prefix]:
                 step[(prefix, tok)] = float(row[tok])
-    logs = np.array([sum(step[(s[:i], t)] for i, t in enumerate(s)) for s in sequences])
-    z = np.logaddexp.reduce(logs)
-    return TerminalLaw({s: math.exp(v - z) for s, v in zip(sequences, logs, strict=True)})
+    return TerminalLaw.from_log_weights(
+        {s: sum(step[(s[:i], t)] for i, t in enumerate(s)) for s in sequences}
+    )
 
 
 def _explore(

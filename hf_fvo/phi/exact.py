@@ -150,6 +150,29 @@ class ExactPhi(PhiEstimator):
 
     # -- exploration ----------------------------------------------------------------------------
 
+    def root_exploration(
+        self, prompt: tuple[int, ...], max_new_tokens: int | None = None
+    ) -> TrieExploration:
+        """The exploration from the grammar's initial state after ``prompt`` (explored on first
+        use, then cached): the same one generation starts from.
+
+        Example:
+            >>> import math
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
+            >>> from hf_fvo.phi import ExactPhi
+            >>> tok = load_default_tokenizer()
+            >>> g = Grammar.from_choices(["yes", "no"], tok)
+            >>> ex = ExactPhi(g, tiny_random_llama(len(tok)), tol=0.0).root_exploration((1,))
+            >>> len(ex.completions()), ex.residual
+            (6, 0.0)
+        """
+        g = self.grammar
+        logits = torch.zeros(g.vocab_size)
+        return self.exploration(
+            PhiContext(g.initial_state, (), logits, max_new_tokens, tuple(prompt))
+        )
+
     def exploration(self, ctx: PhiContext) -> TrieExploration:
         """The exploration covering ``ctx.generated`` (explored on first use, then cached)."""
         if not ctx.prompt:

@@ -44,6 +44,24 @@ def test_markov_rows_reproduce_seed_table_8():
     assert round(result["tv_proj_star"], 3) == 0.961 and result["tv_phi_star"] <= 1e-12
 
 
+def test_trie_rows_give_exact_tvs_from_one_exploration(smol_tokenizer):
+    from hf_fvo.eval import grammar_conditional_law, sampling_law
+    from hf_fvo.models import tiny_random_llama
+
+    row = {"name": "pets", "family": "choices", "grammar": json.dumps(["cat", "dog", "bird"]),
+           "prompt": "Pet?", "model": "default", "oracle": "trie", "max_new_tokens": 8}  # fmt: skip
+    model = tiny_random_llama(len(smol_tokenizer), seed=1)
+    result = run_row(row, model, smol_tokenizer, phi="exact", tol=0.0, proj_tol=0.0)
+    g, prompt = suite_grammar(row, smol_tokenizer, len(smol_tokenizer))
+    star = grammar_conditional_law(g, model, prompt)  # independent explorations, no row cache
+    proj = sampling_law(g, model, prompt, "uniform")
+    assert result["exact"] and result["residual"] == 0.0
+    assert abs(result["tv_proj_star"] - proj.tv(star)) < 1e-12 and result["tv_proj_star"] > 0.01
+    assert result["tv_phi_star"] < 1e-12
+    onestep = run_row(row, model, smol_tokenizer, phi="onestep", tol=0.0, proj_tol=0.0)
+    assert onestep["tv_phi_star"] > 1e-6  # the check can fail: OneStep is not exact here
+
+
 def test_bench_cli_writes_a_dataset_and_a_table(tmp_path, capsys):
     assert main(["bench", "--rows", "dyck D3,12", "--out", str(tmp_path)]) == 0
     results = datasets.load_dataset("json", data_files=str(tmp_path / "results.jsonl"),

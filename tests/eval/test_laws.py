@@ -17,7 +17,7 @@ from hf_fvo.eval import (
     null_tv_percentiles,
     sampling_law,
 )
-from hf_fvo.phi import ExactPhi, PhiContext
+from hf_fvo.phi import ExactPhi
 from tests.lms import random_bigram
 
 CHOICES = ["ab", "abc", "ba", "bca", "cab", "c"]
@@ -86,16 +86,23 @@ def test_tolerance_bounds_the_unexplored_mass(world):
 def test_exact_phi_exploration_gives_mu_star_without_a_second_exploration(world, tol):
     grammar, model = world
     phi = ExactPhi(grammar, model, tol=tol)
-    ctx = PhiContext(grammar.initial_state, (), torch.zeros(grammar.vocab_size), None, PROMPT)
-    ex = phi.exploration(ctx)
-    logs = ex.completions()
-    z = np.logaddexp.reduce(np.array(list(logs.values())))
+    ex = phi.root_exploration(PROMPT)
+    mine = TerminalLaw.from_log_weights(ex.completions(), ex.residual)
     star = grammar_conditional_law(grammar, model, PROMPT, tol=tol)
-    assert logs.keys() == star.probs.keys()  # same best-first exploration, same support
-    assert TerminalLaw({k: math.exp(v - z) for k, v in logs.items()}).tv(star) < 1e-12
-    assert math.isclose(ex.residual, star.residual, rel_tol=1e-9, abs_tol=1e-15)
+    assert mine.probs.keys() == star.probs.keys()  # same best-first exploration, same support
+    assert mine.tv(star) < 1e-12
+    assert math.isclose(mine.residual, star.residual, rel_tol=1e-9, abs_tol=1e-15)
     if tol == 0.0:
         assert star.tv(TerminalLaw(_brute_star(grammar, model))) < 1e-12
+
+
+def test_from_log_weights_refuses_empty_or_zero_weights():
+    with pytest.raises(ValueError, match="at least one"):
+        TerminalLaw.from_log_weights({})
+    with pytest.raises(ValueError, match="zero weight"):
+        TerminalLaw.from_log_weights({(1,): -math.inf})
+    tiny = TerminalLaw.from_log_weights({(1,): -800.0, (2,): -800.0 + math.log(3)})
+    assert tiny.probs == pytest.approx({(1,): 0.25, (2,): 0.75}, rel=1e-12)  # no underflow
 
 
 def test_kl_and_pushforward():
