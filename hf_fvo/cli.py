@@ -269,6 +269,7 @@ def bench(args: argparse.Namespace) -> int:
     for row in tqdm(rows, desc=f"hf-fvo bench {args.suite}", unit="row"):
         results.append(run_row(row, model, tokenizer, phi=args.phi, draft=draft,
                                samples=args.samples, tol=args.tol, proj_tol=args.proj_tol,
+                               sampled_phi=args.sampled_phi,
                                max_nodes=args.max_nodes, seed=args.seed))  # fmt: skip
     import datasets
 
@@ -344,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", help="draft model folder, or 'bf16' (a bfloat16 copy): FVO-Spec")
     p.add_argument("--phi", default="exact", help="estimator compared with masking")
     p.add_argument("--samples", type=int, default=100, help="draws where no oracle applies")
+    p.add_argument("--sampled-phi", default="onestep",
+                   help="estimator sampled instead of exact Φ where no oracle applies")  # fmt: skip
     p.add_argument("--tol", type=float, default=1e-6, help="unexplored mass of μ* and exact Φ")
     p.add_argument("--proj-tol", type=float, default=1e-3, help="unexplored mass of μ_proj")
     p.add_argument("--max-nodes", type=int, default=50_000, help="forwards per exact law")

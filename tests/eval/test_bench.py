@@ -9,7 +9,7 @@ import datasets
 import pytest
 
 from hf_fvo.cli import main
-from hf_fvo.eval.bench import COLUMNS, SUITES, load_suite, run_row, suite_grammar
+from hf_fvo.eval.bench import COLUMNS, SUITES, load_suite, markdown, run_row, suite_grammar
 
 
 @pytest.mark.parametrize("name", sorted(SUITES))
@@ -60,6 +60,18 @@ def test_trie_rows_give_exact_tvs_from_one_exploration(smol_tokenizer):
     assert result["tv_phi_star"] < 1e-12
     onestep = run_row(row, model, smol_tokenizer, phi="onestep", tol=0.0, proj_tol=0.0)
     assert onestep["tv_phi_star"] > 1e-6  # the check can fail: OneStep is not exact here
+
+
+def test_rows_without_an_oracle_sample_a_feasible_estimator_instead_of_exact(smol_tokenizer):
+    from hf_fvo.models import tiny_random_llama
+
+    row = {"name": "digits", "family": "regex", "grammar": json.dumps("[0-9]+"), "prompt": "N?",
+           "model": "default", "oracle": "sampled", "max_new_tokens": 4}  # fmt: skip
+    model = tiny_random_llama(len(smol_tokenizer), seed=2)
+    result = run_row(row, model, smol_tokenizer, phi="exact", samples=20, sampled_phi="onestep")
+    assert not result["exact"] and result["phi"] == "onestep"
+    assert 0.0 <= result["sampled_tv"] <= 1.0 and result["samples"] == 20
+    assert "| digits | sampled | onestep |" in markdown([result])
 
 
 def test_bench_cli_writes_a_dataset_and_a_table(tmp_path, capsys):
