@@ -48,7 +48,7 @@ def _machine() -> str:
 
 def _spec(model, draft, ids, grammar, phi, **kwargs):
     out = hf_fvo.generate(
-        model, ids, grammar=grammar, phi=phi, assistant_model=draft, do_sample=True,
+        model, ids, grammar=grammar, phi=phi, assistant_model=draft, do_sample=True, top_k=0,
         max_new_tokens=MAX_NEW, return_dict_in_generate=True, **kwargs,
     )  # fmt: skip
     return out.sequences[0, ids.shape[1] :].tolist(), out.speculation

@@ -167,7 +167,8 @@ def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
     for _ in range(args.samples):
         out = hf_fvo.generate(
             model, input_ids, grammar=grammar, phi=phi, assistant_model=draft,
-            draft_phi="same", do_sample=True, max_new_tokens=32, return_dict_in_generate=True,
+            draft_phi="same", do_sample=True, top_k=0, max_new_tokens=32,
+            return_dict_in_generate=True,
         )  # fmt: skip
         generated = out.sequences[0, len(prompt) :].tolist()
         counts[text(generated)] = counts.get(text(generated), 0) + 1
