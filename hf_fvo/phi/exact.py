@@ -157,7 +157,6 @@ class ExactPhi(PhiEstimator):
         use, then cached): the same one generation starts from.
 
         Example:
-            >>> import math
             >>> from hf_fvo import Grammar
             >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
             >>> from hf_fvo.phi import ExactPhi
