@@ -275,11 +275,28 @@ def bench(args: argparse.Namespace) -> int:
     import datasets
 
     datasets.Dataset.from_list(results).to_json(str(out_dir / "results.jsonl"))
-    table = markdown(results)
+    table = _provenance(args.argv) + markdown(results)
     (out_dir / "results.md").write_text(table)
     print(table)
     print(f"results: {out_dir / 'results.jsonl'} (a datasets JSONL), {out_dir / 'results.md'}")
     return 0
+
+
+def _provenance(argv: list[str]) -> str:
+    """The command, machine and library versions behind a results table."""
+    import platform
+    import shlex
+
+    import torch
+    import transformers
+
+    import hf_fvo
+
+    return (
+        f"Command: `hf-fvo {shlex.join(argv)}`\n\nMachine: {platform.machine()} CPU "
+        f"({torch.get_num_threads()} threads), torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, hf_fvo {hf_fvo.__version__}\n\n"
+    )
 
 
 def _chat_prompt(tokenizer, text: str) -> tuple[int, ...]:
@@ -361,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hf-fvo`` command."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return args.func(args)
     except CLIError as exc:

@@ -91,7 +91,9 @@ def test_bench_cli_writes_a_dataset_and_a_table(tmp_path, capsys):
     results = datasets.load_dataset("json", data_files=str(tmp_path / "results.jsonl"),
                                     split="train")  # fmt: skip
     assert results[0]["name"] == "dyck D3,12" and results[0]["exact"]
-    assert "| dyck D3,12 | markov |" in (tmp_path / "results.md").read_text()
+    table = (tmp_path / "results.md").read_text()
+    assert "| dyck D3,12 | markov |" in table
+    assert f"Command: `hf-fvo bench --rows 'dyck D3,12' --out {tmp_path}`" in table
 
 
 @pytest.mark.parametrize(
