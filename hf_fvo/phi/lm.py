@@ -111,7 +111,8 @@ class PrefixLM:
             cache = getattr(out, "past_key_values", None)
             if not _is_plain_cache(cache):
                 cache = None
-            self._prompt = (prompt, cache, out.logits[0, -1].cpu())
+            # a copy, not a view that would keep the whole prompt's logits alive
+            self._prompt = (prompt, cache, out.logits[0, -1].cpu().clone())
             self._kv.clear()
             self.forwards += 1
         return self._prompt[1], self._prompt[2]
