@@ -159,7 +159,10 @@ def run_row(
             explored = exact.root_exploration(prompt)
             star = TerminalLaw.from_log_weights(explored.completions(), explored.residual)
             proj = sampling_law(g, lm, prompt, "uniform", tol=proj_tol, max_nodes=max_nodes)
-            mine = sampling_law_on(g, lm, prompt, exact if phi == "exact" else phi, star.probs)
+            # μ_Φ̂'s steps take p_t from the same rows as μ* (float32 forwards repeated in
+            # another batch differ at ~1e-7, which would swamp exact Φ's ~1e-15)
+            mine = sampling_law_on(g, lm, prompt, exact if phi == "exact" else phi, star.probs,
+                                   exploration=explored)  # fmt: skip
         except GrammarTooLargeError:
             out["exact"] = False
         else:

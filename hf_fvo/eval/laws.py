@@ -17,7 +17,14 @@ import numpy as np
 import torch
 
 from hf_fvo.grammar import Grammar, GrammarTooLargeError
-from hf_fvo.phi import PhiContext, PhiEstimator, PrefixLM, admissible_mask, make_estimator
+from hf_fvo.phi import (
+    PhiContext,
+    PhiEstimator,
+    PrefixLM,
+    TrieExploration,
+    admissible_mask,
+    make_estimator,
+)
 
 __all__ = [
     "TerminalLaw",
@@ -190,11 +197,18 @@ def sampling_law_on(
     sequences: Any,
     *,
     batch_size: int = 32,
+    exploration: TrieExploration | None = None,
 ) -> TerminalLaw:
     """The law of sampling p_t·Φ̂_t step by step, evaluated on the given complete sequences only
     (each gets the product of its step probabilities); ``residual`` is the mass it puts
     elsewhere. With ``sequences`` = μ*'s explored support, TV to μ* needs no exploration of the
     sampler's own support.
+
+    ``exploration`` (a :class:`~hf_fvo.phi.TrieExploration` from the root after the same
+    prompt) supplies p_t wherever it explored the prefix, so the law uses the very model
+    probabilities that exact Φ's DP and μ* used. Without it every p_t comes from a forward,
+    which in float32 reproduces an earlier forward of the same prefix only to about 1e-7 when
+    the batch or the cache path differ (measured in docs/benchmarks.md).
 
     Example:
         >>> from hf_fvo import Grammar
@@ -211,18 +225,34 @@ def sampling_law_on(
     """
     lm = PrefixLM.wrap(model, batch_size=batch_size)
     phi = make_estimator(phi, grammar, model)
+    if exploration is not None and (tuple(exploration.prompt) != tuple(prompt) or exploration.root):
+        raise ValueError("the exploration must start at the root after the same prompt")
     sequences = [tuple(s) for s in sequences]
-    prefixes = sorted({s[:i] for s in sequences for i in range(len(s))}, key=len)
-    steps: dict[tuple[int, ...], torch.Tensor] = {}
-    for start in range(0, len(prefixes), 256):  # bounded memory
-        chunk = prefixes[start : start + 256]
+    needed: dict[tuple[int, ...], set[int]] = {}
+    for seq in sequences:
+        for i, tok in enumerate(seq):
+            needed.setdefault(seq[:i], set()).add(tok)
+    nodes = {} if exploration is None else exploration.nodes
+    stored = [p for p in needed if p in nodes]
+    computed = sorted((p for p in needed if p not in nodes), key=len)
+    step: dict[tuple[tuple[int, ...], int], float] = {}
+
+    def keep(prefix: tuple[int, ...], row: torch.Tensor) -> None:
+        state = grammar.walk(prefix)
+        if state is None:
+            raise ValueError(f"the sequence prefix {prefix} leaves {grammar.source}")
+        ctx = PhiContext(state, prefix, row, None, prompt)
+        logp = torch.log_softmax(row[: grammar.vocab_size] + phi.log_phi(ctx), 0)
+        for tok in needed[prefix]:  # keep only the needed entries: rows are vocabulary-wide
+            step[(prefix, tok)] = float(logp[tok])
+
+    for prefix in stored:
+        keep(prefix, exploration.logprob_row(prefix))
+    for start in range(0, len(computed), 256):  # bounded memory
+        chunk = computed[start : start + 256]
         for prefix, row in zip(chunk, lm.next_logprobs(prompt, chunk), strict=True):
-            state = grammar.walk(prefix)
-            if state is None:
-                raise ValueError(f"the sequence prefix {prefix} leaves {grammar.source}")
-            ctx = PhiContext(state, prefix, row, None, prompt)
-            steps[prefix] = torch.log_softmax(row[: grammar.vocab_size] + phi.log_phi(ctx), 0)
-    probs = {s: math.exp(sum(float(steps[s[:i]][t]) for i, t in enumerate(s))) for s in sequences}
+            keep(prefix, row)
+    probs = {s: math.exp(sum(step[(s[:i], t)] for i, t in enumerate(s))) for s in sequences}
     return TerminalLaw(probs, residual=max(0.0, 1.0 - sum(probs.values())))
 
 

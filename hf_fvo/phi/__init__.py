@@ -8,7 +8,7 @@ from hf_fvo.phi.base import (
     PhiStep,
     admissible_mask,
 )
-from hf_fvo.phi.exact import ExactPhi
+from hf_fvo.phi.exact import ExactPhi, TrieExploration
 from hf_fvo.phi.exact_markov import MarkovExactPhi
 from hf_fvo.phi.lm import PrefixLM
 from hf_fvo.phi.onestep import OneStepPhi
@@ -76,6 +76,7 @@ __all__ = [
     "PrefixLM",
     "RolloutPhi",
     "RolloutReport",
+    "TrieExploration",
     "UniformPhi",
     "admissible_mask",
     "make_estimator",

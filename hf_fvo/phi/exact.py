@@ -58,6 +58,15 @@ class TrieExploration:
         node = self.nodes[prefix]
         return node.children, node.log_phi_lo
 
+    def logprob_row(self, prefix: tuple[int, ...]) -> torch.Tensor:
+        """log p(· | prefix) over the grammar's vocabulary as this exploration saw it: the
+        stored model log-probabilities on the admissible children, −inf elsewhere (float64).
+        Laws built from these rows use exactly the probabilities the DP used."""
+        node = self.nodes[prefix]
+        row = torch.full((self.grammar.vocab_size,), -torch.inf, dtype=torch.float64)
+        row[node.children] = node.child_logp
+        return row
+
     def completions(self) -> dict[tuple[int, ...], float]:
         """log p(x | root) of every explored complete sequence x (EOS included, relative to the
         root): the likelihoods behind μ* on the explored support, from this exploration's own

@@ -16,8 +16,9 @@ from hf_fvo.eval import (
     grammar_conditional_law,
     null_tv_percentiles,
     sampling_law,
+    sampling_law_on,
 )
-from hf_fvo.phi import ExactPhi
+from hf_fvo.phi import ExactPhi, PrefixLM
 from tests.lms import random_bigram
 
 CHOICES = ["ab", "abc", "ba", "bca", "cab", "c"]
@@ -94,6 +95,26 @@ def test_exact_phi_exploration_gives_mu_star_without_a_second_exploration(world,
     assert math.isclose(mine.residual, star.residual, rel_tol=1e-9, abs_tol=1e-15)
     if tol == 0.0:
         assert star.tv(TerminalLaw(_brute_star(grammar, model))) < 1e-12
+
+
+def test_law_on_support_takes_model_probabilities_from_the_exploration(world):
+    """With the exploration, μ_exact on μ*'s support uses the DP's own rows: no forward runs,
+    and a row changed in the exploration changes the law (it is read, not recomputed)."""
+    grammar, model = world
+    lm = PrefixLM(model)
+    phi = ExactPhi(grammar, lm, tol=0.0)
+    ex = phi.root_exploration(PROMPT)
+    star = TerminalLaw.from_log_weights(ex.completions(), ex.residual)
+    before = lm.forwards
+    law = sampling_law_on(grammar, lm, PROMPT, phi, star.probs, exploration=ex)
+    assert lm.forwards == before
+    assert law.tv(star) < 1e-12 and law.residual < 1e-12
+    node = ex.nodes[()]
+    node.child_logp = node.child_logp.flip(0)  # the root's step law, permuted
+    tampered = sampling_law_on(grammar, lm, PROMPT, phi, star.probs, exploration=ex)
+    assert tampered.tv(star) > 1e-3
+    with pytest.raises(ValueError, match="same prompt"):
+        sampling_law_on(grammar, lm, (6,), phi, star.probs, exploration=ex)
 
 
 def test_from_log_weights_refuses_empty_or_zero_weights():
