@@ -18,11 +18,11 @@ import torch
 
 from hf_fvo.grammar import Grammar, GrammarTooLargeError
 from hf_fvo.phi import (
+    ExactPhi,
     PhiContext,
     PhiEstimator,
     PrefixLM,
     TrieExploration,
-    admissible_mask,
     make_estimator,
 )
 
@@ -138,16 +138,14 @@ def grammar_conditional_law(
         >>> len(law.probs), round(sum(law.probs.values()), 12)
         (6, 1.0)
     """
-    logs, residual, forwards = _explore(
-        grammar,
-        PrefixLM.wrap(model, batch_size=batch_size),
-        prompt,
-        max_new_tokens,
-        tol,
-        max_nodes,
-        None,
+    lm = PrefixLM.wrap(model, batch_size=batch_size)
+    before = lm.forwards
+    # exact Φ's best-first exploration by p; its complete sequences carry their likelihoods
+    exact = ExactPhi(grammar, lm, tol=tol, max_nodes=max_nodes, max_prompts=1)
+    explored = exact.root_exploration(tuple(prompt), max_new_tokens)
+    return TerminalLaw.from_log_weights(
+        explored.completions(), explored.residual, lm.forwards - before
     )
-    return TerminalLaw.from_log_weights(logs, residual, forwards)
 
 
 def sampling_law(
@@ -178,14 +176,9 @@ def sampling_law(
     """
     phi = make_estimator(phi, grammar, model)
     logs, residual, forwards = _explore(
-        grammar,
-        PrefixLM.wrap(model, batch_size=batch_size),
-        prompt,
-        max_new_tokens,
-        tol,
-        max_nodes,
-        phi,
-    )
+        grammar, PrefixLM.wrap(model, batch_size=batch_size), prompt, max_new_tokens, tol,
+        max_nodes, phi,
+    )  # fmt: skip
     return TerminalLaw({k: math.exp(v) for k, v in logs.items()}, residual, forwards)
 
 
@@ -294,12 +287,12 @@ def _explore(
     budget: int | None,
     tol: float,
     max_nodes: int,
-    phi: PhiEstimator | None,
+    phi: PhiEstimator,
 ) -> tuple[dict[tuple[int, ...], float], float, int]:
-    """Best-first over prefixes by path log-weight: the law's own (``phi``) or p's (``None``).
+    """Best-first over prefixes by the law's own path log-weight (steps ∝ p_t·Φ̂_t).
 
-    Returns log-weights of complete sequences (EOS included), the unexplored mass (relative to
-    the completed mass for p, absolute for a law), and the number of forwards.
+    Returns log-weights of complete sequences (EOS included), the unexplored mass (absolute:
+    the law is normalised), and the number of forwards.
     """
     if budget is None and not grammar.is_finite:
         raise ValueError(f"{grammar.source} is infinite: pass max_new_tokens")
@@ -311,11 +304,8 @@ def _explore(
     counter, expanded = 1, 0
     log_tol = math.log(tol) if tol > 0 else -math.inf
     while heap:
-        if done:
-            rest = np.logaddexp.reduce(np.array(list(pending.values())))
-            ref = 0.0 if phi is not None else np.logaddexp.reduce(np.array(list(done.values())))
-            if rest <= log_tol + ref:
-                break
+        if done and np.logaddexp.reduce(np.array(list(pending.values()))) <= log_tol:
+            break
         batch = []
         while heap and len(batch) < lm.batch_size:
             neg, _, prefix, state = heapq.heappop(heap)
@@ -329,16 +319,9 @@ def _explore(
         rows = lm.next_logprobs(prompt, [p for _, p, _ in batch])
         for (weight, prefix, state), row in zip(batch, rows, strict=True):
             remaining = None if budget is None else budget - len(prefix)
-            if phi is None:
-                mask = admissible_mask(grammar, state, remaining)
-                children = torch.nonzero(mask).flatten()
-                step = row[children]
-            else:
-                ctx = PhiContext(state, prefix, row, remaining, prompt)
-                log_phi = phi.log_phi(ctx)
-                children = torch.nonzero(torch.isfinite(log_phi)).flatten()
-                step = row[children] + log_phi[children]
-                step = step - torch.logsumexp(step, 0)
+            log_phi = phi.log_phi(PhiContext(state, prefix, row, remaining, prompt))
+            children = torch.nonzero(torch.isfinite(log_phi)).flatten()
+            step = torch.log_softmax(row[children] + log_phi[children], 0)
             for tok, lp in zip(children.tolist(), step.tolist(), strict=True):
                 if lp == -math.inf:
                     continue
@@ -351,9 +334,5 @@ def _explore(
                     )
                     pending[child] = weight + lp
                     counter += 1
-    residual = 0.0
-    if pending:
-        rest = np.logaddexp.reduce(np.array(list(pending.values())))
-        ref = 0.0 if phi is not None else np.logaddexp.reduce(np.array(list(done.values())))
-        residual = math.exp(rest - ref)
+    residual = math.exp(np.logaddexp.reduce(np.array(list(pending.values())))) if pending else 0.0
     return done, residual, lm.forwards - forwards_before

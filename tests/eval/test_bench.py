@@ -65,7 +65,7 @@ def test_trie_rows_give_exact_tvs_from_one_exploration(smol_tokenizer):
     model = tiny_random_llama(len(smol_tokenizer), seed=1)
     result = run_row(row, model, smol_tokenizer, phi="exact", tol=0.0, proj_tol=0.0)
     g, prompt = suite_grammar(row, smol_tokenizer, len(smol_tokenizer))
-    star = grammar_conditional_law(g, model, prompt)  # independent explorations, no row cache
+    star = grammar_conditional_law(g, model, prompt)  # fresh explorations, no row cache
     proj = sampling_law(g, model, prompt, "uniform")
     assert result["exact"] and result["residual"] == 0.0
     assert abs(result["tv_proj_star"] - proj.tv(star)) < 1e-12 and result["tv_proj_star"] > 0.01
