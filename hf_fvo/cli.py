@@ -138,7 +138,7 @@ def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
 
     import hf_fvo
     from hf_fvo import Grammar
-    from hf_fvo.eval import grammar_conditional_law, sampling_law
+    from hf_fvo.eval import TerminalLaw, sampling_law
     from hf_fvo.phi import ExactPhi, PrefixLM
 
     grammar = Grammar.from_json_schema(
@@ -154,9 +154,11 @@ def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     lm = PrefixLM(model, cache_rows=20_000)  # one row cache for the two laws and exact Φ
     text = lambda seq: tokenizer.decode(seq, skip_special_tokens=True)  # noqa: E731
-    star = grammar_conditional_law(grammar, lm, prompt, tol=1e-6).pushforward(text)
-    proj = sampling_law(grammar, lm, prompt, "uniform", tol=1e-4).pushforward(text)
     phi = ExactPhi(grammar, lm, tol=1e-6)
+    explored = phi.root_exploration(prompt)  # μ* and exact Φ's tables from one exploration
+    star = TerminalLaw.from_log_weights(explored.completions(), explored.residual)
+    star = star.pushforward(text)
+    proj = sampling_law(grammar, lm, prompt, "uniform", tol=1e-4).pushforward(text)
     print(f"exact laws and Φ tables: {lm.forwards} prefix forwards, "
           f"{time.perf_counter() - t0:.1f}s")  # fmt: skip
     draft = _bf16_copy(model)

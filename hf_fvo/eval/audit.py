@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.eval.laws import grammar_conditional_law, sampling_law
+from hf_fvo.eval.laws import TerminalLaw, sampling_law
 from hf_fvo.grammar import Grammar, GrammarTooLargeError
 from hf_fvo.phi import ExactPhi, PrefixLM
 
@@ -123,8 +123,10 @@ def audit(
     torch.manual_seed(seed)
     if grammar.is_finite:
         lm = PrefixLM(model, batch_size=32, cache_rows=20_000)
+        exact = ExactPhi(grammar, lm, tol=tol, max_nodes=max_nodes)
         try:
-            star = grammar_conditional_law(grammar, lm, prompt, tol=tol, max_nodes=max_nodes)
+            explored = exact.root_exploration(prompt)  # μ* and exact Φ from one exploration
+            star = TerminalLaw.from_log_weights(explored.completions(), explored.residual)
             proj = sampling_law(grammar, lm, prompt, "uniform", tol=tol, max_nodes=max_nodes)
         except GrammarTooLargeError:
             pass  # too many token sequences to explore: audit by sampling instead
@@ -132,7 +134,6 @@ def audit(
             star_t, proj_t = star.pushforward(text), proj.pushforward(text)
             freq: dict[str, float] = {}
             if samples:
-                exact = ExactPhi(grammar, lm, tol=tol, max_nodes=max_nodes)
                 for seq in _draws(hf_fvo, model, ids, grammar, exact, samples, max_new_tokens):
                     freq[text(seq)] = freq.get(text(seq), 0.0) + 1.0 / samples
             branches = [
