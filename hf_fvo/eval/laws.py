@@ -200,8 +200,8 @@ def sampling_law_on(
     ``exploration`` (a :class:`~hf_fvo.phi.TrieExploration` from the root after the same
     prompt) supplies p_t wherever it explored the prefix, so the law uses the very model
     probabilities that exact Φ's DP and μ* used. Without it every p_t comes from a forward,
-    which in float32 reproduces an earlier forward of the same prefix only to about 1e-7 when
-    the batch or the cache path differ (measured in docs/benchmarks.md).
+    which in float32 reproduces an earlier forward of the same prefix only to ~1e-5 in log
+    probability when the batch or the cache path differ (measured in docs/benchmarks.md).
 
     Example:
         >>> from hf_fvo import Grammar
