@@ -135,8 +135,9 @@ def run_row(
     Trie oracles explore μ* (and exact Φ) until the unexplored mass is at most ``tol``, and
     μ_proj until ``proj_tol``: masking spreads its mass over character-split tokenizations, a
     far larger trie. Each TV is exact up to half the two laws' residuals (``residual``).
-    Rows without an oracle (or whose trie exceeds ``max_nodes``) are sampled; there exact Φ is
-    out of reach too, so ``phi="exact"`` samples with ``sampled_phi`` (recorded as ``phi``).
+    Rows without an oracle (or whose trie exceeds ``max_nodes``, said in ``note``) are sampled;
+    there exact Φ is out of reach too, so ``phi="exact"`` samples with ``sampled_phi`` (recorded
+    as ``phi``).
     """
     import hf_fvo
 
@@ -165,6 +166,10 @@ def run_row(
                                    exploration=explored)  # fmt: skip
         except GrammarTooLargeError:
             out["exact"] = False
+            out["note"] = (
+                f"trie oracle out of reach: more than max_nodes={max_nodes} forwards "
+                f"at tol={tol:g} (μ*) / proj_tol={proj_tol:g} (μ_proj); sampled instead"
+            )
         else:
             text = lambda s: tokenizer.decode([t for t in s if t not in g.eos_token_ids])  # noqa: E731
             out["tv_proj_star"] = proj.tv(star)
@@ -224,4 +229,5 @@ def markdown(results: list[dict]) -> str:
             v = r.get(key)
             cells.append("" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v))
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    notes = [f"- {r['name']}: {r['note']}" for r in results if r.get("note")]
+    return "\n".join(lines + (["", *notes] if notes else [])) + "\n"

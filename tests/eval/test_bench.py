@@ -86,6 +86,18 @@ def test_rows_without_an_oracle_sample_a_feasible_estimator_instead_of_exact(smo
     assert "| digits | sampled | onestep |" in markdown([result])
 
 
+def test_a_trie_row_beyond_max_nodes_is_sampled_and_says_why(smol_tokenizer):
+    from hf_fvo.models import tiny_random_llama
+
+    row = {"name": "pets", "family": "choices", "grammar": json.dumps(["cat", "dog", "bird"]),
+           "prompt": "Pet?", "model": "default", "oracle": "trie", "max_new_tokens": 8}  # fmt: skip
+    model = tiny_random_llama(len(smol_tokenizer), seed=1)
+    result = run_row(row, model, smol_tokenizer, phi="exact", tol=0.0, max_nodes=1, samples=10)
+    assert not result["exact"] and result["phi"] == "onestep" and result["samples"] == 10
+    assert "max_nodes=1" in result["note"]
+    assert f"- pets: {result['note']}" in markdown([result])
+
+
 def test_bench_cli_writes_a_dataset_and_a_table(tmp_path, capsys):
     assert main(["bench", "--rows", "dyck D3,12", "--out", str(tmp_path)]) == 0
     results = datasets.load_dataset("json", data_files=str(tmp_path / "results.jsonl"),
