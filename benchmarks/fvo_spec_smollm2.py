@@ -143,7 +143,7 @@ def acceptance(tok, model, draft, n: int, gamma: int) -> list[str]:
                                                    return_dict=True)["input_ids"])  # fmt: skip
         else:
             g = Grammar.from_json_schema(
-                spec, tok, whitespace="", vocab_size=model.config.vocab_size
+                spec, tok, whitespace="", vocab_size=model.config.vocab_size, backend="automaton"
             )
             prompt = prompt_ids(tok, spec)
         ids = torch.tensor([prompt])

@@ -82,7 +82,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()
     tok, tok_name = _tokenizer(args.vocab)
-    grammar = Grammar.from_json_schema(SCHEMA, tok, whitespace="", vocab_size=args.vocab)
+    grammar = Grammar.from_json_schema(SCHEMA, tok, whitespace="", vocab_size=args.vocab,
+                                       backend="automaton")  # fmt: skip
     prompt = tuple(range(10, 42))
 
     # one cached decoding step (context = prompt + 16 tokens)

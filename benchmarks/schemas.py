@@ -68,5 +68,6 @@ def compiled(key: str, tokenizer: Any, vocab_size: int) -> tuple[tuple[int, ...]
     from hf_fvo import Grammar
 
     schema = SCHEMAS[key]
-    grammar = Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size)
+    grammar = Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size,
+                                       backend="automaton")  # fmt: skip
     return prompt_ids(tokenizer, schema), grammar

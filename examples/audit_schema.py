@@ -26,7 +26,9 @@ def main() -> None:
     parser.add_argument("--tol", type=float, default=1e-6)
     args = parser.parse_args()
     tok, model = load_default_tokenizer(), load_default_model()
-    g = Grammar.from_json_schema(SCHEMA, tok, whitespace="", vocab_size=model.config.vocab_size)
+    g = Grammar.from_json_schema(
+        SCHEMA, tok, whitespace="", vocab_size=model.config.vocab_size, backend="automaton"
+    )  # a finite schema: the audit is exact
     messages = [{"role": "user", "content": "The production database is down. Reply with a "
                  "JSON object with priority in ['low', 'medium', 'high', 'urgent']."}]  # fmt: skip
     prompt = tuple(tok.apply_chat_template(messages, add_generation_prompt=True,

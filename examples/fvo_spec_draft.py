@@ -28,7 +28,8 @@ def main() -> None:
     tok, model = load_default_tokenizer(), load_default_model()
     draft = copy.deepcopy(model).to(torch.bfloat16)
     g = hf_fvo.Grammar.from_json_schema(SCHEMA, tok, whitespace="",
-                                        vocab_size=model.config.vocab_size)  # fmt: skip
+                                        vocab_size=model.config.vocab_size,
+                                        backend="automaton")  # fmt: skip
     messages = [{"role": "user", "content": "Reply with a JSON object with status in "
                  "['ok', 'error', 'pending']."}]  # fmt: skip
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",

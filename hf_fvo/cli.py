@@ -77,11 +77,11 @@ def demo(args: argparse.Namespace) -> int:
 
     from hf_fvo import Grammar, GrammarError
     from hf_fvo.generation import GrammarLogitsProcessor
-    from hf_fvo.grammar.sources import json_schema_source
+    from hf_fvo.grammar.json_schema import prepare_json_schema
 
     schema = _schema(args.schema)
     try:
-        json_schema_source(schema)  # refuse a bad schema before the slow model load
+        prepare_json_schema(schema)  # refuse a bad schema before the slow model load
     except GrammarError as exc:
         raise CLIError(f"cannot compile the schema: {exc}") from exc
     t0 = time.perf_counter()
@@ -97,7 +97,7 @@ def demo(args: argparse.Namespace) -> int:
     except GrammarError as exc:
         raise CLIError(f"cannot compile the schema: {exc}") from exc
     print(f"schema: {json.dumps(schema)}")
-    print(f"grammar: {grammar.num_states} states, {grammar.num_transitions} transitions, "
+    print(f"grammar: {grammar.backend}, "
           f"compiled in {time.perf_counter() - t0:.2f}s")  # fmt: skip
     messages = [{"role": "user", "content": args.prompt}]
     input_ids = tokenizer.apply_chat_template(
@@ -142,7 +142,11 @@ def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
     from hf_fvo.phi import ExactPhi, PrefixLM
 
     grammar = Grammar.from_json_schema(
-        SPEC_SCHEMA, tokenizer, whitespace="", vocab_size=model.config.vocab_size
+        SPEC_SCHEMA,
+        tokenizer,
+        whitespace="",
+        vocab_size=model.config.vocab_size,
+        backend="automaton",
     )
     messages = [{"role": "user", "content": SPEC_PROMPT}]
     input_ids = tokenizer.apply_chat_template(
@@ -194,14 +198,15 @@ def audit(args: argparse.Namespace) -> int:
     from hf_fvo import Grammar, GrammarError
     from hf_fvo.eval import audit as run_audit
     from hf_fvo.eval import plot_audit
-    from hf_fvo.grammar.sources import json_schema_source, regex_source
+    from hf_fvo.grammar.json_schema import prepare_json_schema
+    from hf_fvo.grammar.sources import regex_source
 
     if args.samples < 0:
         raise CLIError(f"--samples must be ≥ 0, got {args.samples}")
     try:  # refuse a bad grammar before the slow model load
         if args.schema is not None:
             schema = _schema(args.schema)
-            json_schema_source(schema)
+            prepare_json_schema(schema)
         elif args.regex is not None:
             regex_source(args.regex)
     except GrammarError as exc:
@@ -210,7 +215,7 @@ def audit(args: argparse.Namespace) -> int:
     vocab = model.config.vocab_size
     try:
         if args.schema is not None:
-            grammar = Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab)
+            grammar = _schema_grammar(schema, tokenizer, vocab)
         elif args.regex is not None:
             grammar = Grammar.from_regex(args.regex, tokenizer, vocab_size=vocab)
         else:
@@ -390,3 +395,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _schema_grammar(schema, tokenizer, vocab_size: int):
+    """The token automaton where the schema is regular (exact audits need one), else the
+    pushdown grammar (sampled audits)."""
+    from hf_fvo import Grammar, UnsupportedSchemaError
+
+    try:
+        return Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size,
+                                        backend="automaton")  # fmt: skip
+    except UnsupportedSchemaError:
+        return Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size)

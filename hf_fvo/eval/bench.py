@@ -99,7 +99,9 @@ def suite_grammar(row: dict, tokenizer: Any, vocab_size: int) -> tuple[Grammar, 
         g = Grammar.budget(spec["n"], spec["k"], zero=0, one=1, eos_token_id=2, vocab_size=3)
         return g, (0,)
     if family == "json":
-        g = Grammar.from_json_schema(spec, tokenizer, whitespace="", vocab_size=vocab_size)
+        backend = "automaton" if row["oracle"] in ("trie", "markov") else "pushdown"
+        g = Grammar.from_json_schema(spec, tokenizer, whitespace="", vocab_size=vocab_size,
+                                     backend=backend)  # fmt: skip
     elif family == "regex":
         g = Grammar.from_regex(spec, tokenizer, vocab_size=vocab_size)
     elif family == "choices":

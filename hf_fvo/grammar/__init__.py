@@ -1,20 +1,26 @@
-"""Admissible sets A_t: token automata compiled from regex, JSON schema, choices and bounded Dyck.
+"""Admissible sets A_t behind one interface (:class:`Grammar`) with two backends: token automata
+(regex, choices, bounded Dyck, token tables) and a pushdown matcher (llguidance: JSON schemas,
+Lark and EBNF grammars).
 
-Compile once (cached by grammar and tokenizer), query cheaply; per-sequence state is an int.
+Compile once (cached by grammar and tokenizer), query cheaply; per-sequence state is a value the
+caller holds (or a :class:`GrammarMatcher`).
 """
 
-from hf_fvo.grammar.automaton import Grammar, TransitionGroups
+from hf_fvo.grammar.automaton import TokenAutomaton, TransitionGroups
+from hf_fvo.grammar.base import Grammar, GrammarMatcher
 from hf_fvo.grammar.compile import clear_cache
 from hf_fvo.grammar.errors import (
     EmptyLanguageError,
     GrammarError,
     GrammarTooLargeError,
     InfiniteLanguageError,
+    InvalidGrammarError,
     InvalidRegexError,
     OutOfGrammarError,
     TokenizerError,
     UnsupportedSchemaError,
 )
+from hf_fvo.grammar.pushdown import PushdownGrammar
 from hf_fvo.grammar.trie import TokenTrie
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
@@ -22,10 +28,14 @@ __all__ = [
     "EmptyLanguageError",
     "Grammar",
     "GrammarError",
+    "GrammarMatcher",
     "GrammarTooLargeError",
     "InfiniteLanguageError",
+    "InvalidGrammarError",
     "InvalidRegexError",
     "OutOfGrammarError",
+    "PushdownGrammar",
+    "TokenAutomaton",
     "TokenTrie",
     "TokenVocabulary",
     "TokenizerError",

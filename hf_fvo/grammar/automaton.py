@@ -1,26 +1,27 @@
-"""The compiled token automaton: admissible next-token sets A_t and next states.
+"""The token automaton backend: admissible next-token sets A_t and next states as tables.
 
-A :class:`Grammar` is immutable and holds no tokenizer: per state, the allowed tokens grouped by
-the state they lead to (a CSR table), a token-sorted copy for lookups, the accepting flags and the
-distance to acceptance. Memory is proportional to the number of transitions, never states ×
-vocabulary. Per-sequence state is an ``int`` the caller keeps.
+A :class:`TokenAutomaton` is immutable and holds no tokenizer: per state, the allowed tokens
+grouped by the state they lead to (a CSR table), a token-sorted copy for lookups, the accepting
+flags and the distance to acceptance. Memory is proportional to the number of transitions,
+never states × vocabulary. Per-sequence state is an ``int`` the caller keeps.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
+from hf_fvo.grammar.base import Grammar
 from hf_fvo.grammar.errors import GrammarError
 
 if TYPE_CHECKING:
     from hf_fvo.grammar.trie import TokenTrie
 
-__all__ = ["Grammar", "TransitionGroups"]
+__all__ = ["TokenAutomaton", "TransitionGroups", "check_count"]
 
 
 class TransitionGroups(NamedTuple):
@@ -36,7 +37,7 @@ class TransitionGroups(NamedTuple):
     token_ids: torch.Tensor  # int32 (m,), grouped by next state, ascending within a group
 
 
-class Grammar:
+class TokenAutomaton(Grammar):
     """A compiled, immutable automaton over token ids for one grammar and one tokenizer.
 
     States are ints ``0 .. num_states - 1``; :attr:`initial_state` is 0. Every state can reach an
@@ -44,21 +45,19 @@ class Grammar:
     :attr:`terminal_state`, where only EOS is allowed, so EOS stays legal after EOS. The text never
     contains :attr:`reserved_character`, a Unicode noncharacter the compiler uses internally.
 
-    Build one with :meth:`from_regex`, :meth:`from_json_schema`, :meth:`from_choices` or
-    :meth:`dyck`; compiled automata are cached by (grammar, tokenizer) and pickle.
+    Build one with the :class:`~hf_fvo.grammar.Grammar` constructors (:meth:`from_regex`,
+    :meth:`from_choices`, :meth:`dyck`, ``from_json_schema(..., backend="automaton")``…);
+    compiled automata are cached by (grammar, tokenizer) and pickle.
 
     Example:
         >>> from hf_fvo import Grammar
         >>> from hf_fvo.models import load_default_tokenizer
-        >>> tokenizer = load_default_tokenizer()
-        >>> g = Grammar.from_choices(["ok", "error"], tokenizer)
-        >>> state = g.walk(tokenizer.encode("ok"))
-        >>> g.is_accepting(state), bool(g.allowed(state)[g.eos_token_id])
-        (True, True)
-        >>> g.walk(tokenizer.encode("okay")) is None
-        True
+        >>> g = Grammar.from_regex("[0-9]+", load_default_tokenizer())
+        >>> g.backend, g.num_states, g.is_finite
+        ('automaton', 3, False)
     """
 
+    backend = "automaton"
     initial_state: int = 0
 
     def __init__(
@@ -74,9 +73,13 @@ class Grammar:
         eos_token_ids: Sequence[int],
         source: str,
         reserved_character: str | None = None,
+        tokenizer_fingerprint: str | None = None,
     ) -> None:
-        """Assemble from grouped tables; use the ``from_*`` constructors instead."""
+        """Assemble from grouped tables; use the ``Grammar.from_*`` constructors instead."""
         n = len(accepting)
+        self._fingerprint = (
+            tokenizer_fingerprint or f"token-table:{vocab_size}:{list(eos_token_ids)}"
+        )
         self._reserved = reserved_character
         self._vocab_size = int(vocab_size)
         self._eos = tuple(int(e) for e in eos_token_ids)
@@ -103,217 +106,6 @@ class Grammar:
         self._longest: np.ndarray | None = None
         self._init_views()
         self._check_invariants()
-
-    # -- construction -----------------------------------------------------------------------
-
-    @classmethod
-    def from_regex(
-        cls,
-        pattern: str,
-        tokenizer: Any,
-        vocab_size: int | None = None,
-        *,
-        max_length: int | None = None,
-        eos_token_id: int | Sequence[int] | None = None,
-        max_states: int | None = None,
-    ) -> Grammar:
-        """Compile a regular expression (Rust ``regex`` syntax, matched in full).
-
-        Args:
-            pattern: The regular expression; the whole generated text must match it.
-            tokenizer: A Hugging Face fast tokenizer (or a :class:`TokenVocabulary`).
-            vocab_size: Length of the masks, normally ``model.config.vocab_size`` (which can
-                exceed ``len(tokenizer)``); defaults to ``len(tokenizer)``.
-            max_length: Optional bound on the number of characters of the text.
-            eos_token_id: Overrides ``tokenizer.eos_token_id``; may list several ids.
-            max_states: Refuse patterns whose byte automaton has more states than this.
-
-        Raises:
-            InvalidRegexError: the pattern is malformed or uses an unsupported feature.
-            EmptyLanguageError: no token sequence spells a member (within ``max_length``).
-            GrammarTooLargeError: the automaton would exceed ``max_states``.
-            TokenizerError: the tokenizer cannot be mapped to bytes.
-
-        Example:
-            >>> from hf_fvo import Grammar
-            >>> from hf_fvo.models import load_default_tokenizer
-            >>> g = Grammar.from_regex(r"[0-9]{4}", load_default_tokenizer())
-            >>> g.is_finite, g.min_tokens_to_accept(g.initial_state)  # SmolLM2 splits digits
-            (True, 4)
-        """
-        from hf_fvo.grammar.compile import compile_grammar
-        from hf_fvo.grammar.sources import regex_source
-
-        return compile_grammar(
-            regex_source(pattern),
-            tokenizer,
-            vocab_size=vocab_size,
-            max_length=max_length,
-            eos_token_id=eos_token_id,
-            max_states=max_states,
-        )
-
-    @classmethod
-    def from_json_schema(
-        cls,
-        schema: Any,
-        tokenizer: Any,
-        whitespace: str | None = None,
-        vocab_size: int | None = None,
-        *,
-        max_length: int | None = None,
-        eos_token_id: int | Sequence[int] | None = None,
-        max_states: int | None = None,
-    ) -> Grammar:
-        """Compile a JSON schema (a dict, a JSON string, or a Pydantic model class).
-
-        Args:
-            schema: The schema. Keywords that the regex compiler would silently ignore
-                (``minimum``, ``uniqueItems``, ``patternProperties``, ...) are refused.
-            tokenizer: A Hugging Face fast tokenizer.
-            whitespace: Regex for the whitespace allowed between JSON tokens; ``None`` is
-                outlines-core's default ``[ ]?``, ``""`` gives compact JSON.
-            vocab_size: Mask length; defaults to ``len(tokenizer)``.
-            max_length, eos_token_id, max_states: As in :meth:`from_regex`.
-
-        Raises:
-            UnsupportedSchemaError: invalid JSON, or a keyword that would not be enforced.
-            EmptyLanguageError, GrammarTooLargeError, TokenizerError: as in :meth:`from_regex`.
-
-        Example:
-            >>> from hf_fvo import Grammar
-            >>> from hf_fvo.models import load_default_tokenizer
-            >>> tokenizer = load_default_tokenizer()
-            >>> schema = {"type": "object", "properties": {"ok": {"type": "boolean"}},
-            ...           "required": ["ok"]}
-            >>> g = Grammar.from_json_schema(schema, tokenizer, whitespace="")
-            >>> g.is_accepting(g.walk(tokenizer.encode('{"ok":true}')))
-            True
-        """
-        from hf_fvo.grammar.compile import compile_grammar
-        from hf_fvo.grammar.sources import json_schema_source
-
-        return compile_grammar(
-            json_schema_source(schema, whitespace),
-            tokenizer,
-            vocab_size=vocab_size,
-            max_length=max_length,
-            eos_token_id=eos_token_id,
-            max_states=max_states,
-        )
-
-    @classmethod
-    def from_choices(
-        cls,
-        choices: Iterable[str],
-        tokenizer: Any,
-        vocab_size: int | None = None,
-        *,
-        eos_token_id: int | Sequence[int] | None = None,
-    ) -> Grammar:
-        """Compile a finite language: the text must equal one of ``choices``.
-
-        Raises:
-            EmptyLanguageError: ``choices`` is empty (or no choice can be spelled).
-
-        Example:
-            >>> from hf_fvo import Grammar
-            >>> from hf_fvo.models import load_default_tokenizer
-            >>> g = Grammar.from_choices(["ok", "error"], load_default_tokenizer())
-            >>> g.token_trie().num_sequences >= 2
-            True
-        """
-        from hf_fvo.grammar.compile import compile_grammar
-        from hf_fvo.grammar.sources import choices_source
-
-        return compile_grammar(
-            choices_source(choices), tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id
-        )
-
-    @classmethod
-    def dyck(
-        cls,
-        depth: int,
-        max_length: int,
-        tokenizer: Any,
-        brackets: str = "()",
-        vocab_size: int | None = None,
-        *,
-        eos_token_id: int | Sequence[int] | None = None,
-    ) -> Grammar:
-        """Bounded Dyck D_{d,L}: balanced brackets, nesting depth ≤ d, at most L characters.
-
-        The empty string is a member (D_{3,16} has 988 members with one bracket pair).
-
-        Args:
-            depth: Maximum nesting depth d ≥ 0.
-            max_length: Maximum number of characters L ≥ 0.
-            brackets: Opening/closing pairs, e.g. ``"()"`` or ``"()[]"``.
-
-        Example:
-            >>> from hf_fvo import Grammar
-            >>> from hf_fvo.models import load_default_tokenizer
-            >>> tokenizer = load_default_tokenizer()
-            >>> g = Grammar.dyck(3, 16, tokenizer)
-            >>> g.is_accepting(g.walk(tokenizer.encode("(()())")))
-            True
-        """
-        from hf_fvo.grammar.compile import compile_grammar
-        from hf_fvo.grammar.sources import dyck_source
-
-        return compile_grammar(
-            dyck_source(depth, brackets),
-            tokenizer,
-            vocab_size=vocab_size,
-            max_length=_check_count("max_length", max_length),
-            eos_token_id=eos_token_id,
-        )
-
-    @classmethod
-    def from_transitions(
-        cls,
-        transitions: Any,
-        accepting: Iterable[int],
-        *,
-        vocab_size: int,
-        eos_token_id: int | Sequence[int],
-        initial_state: int = 0,
-        source: str = "token automaton",
-    ) -> Grammar:
-        """An automaton over token ids given as ``{state: {token_id: next_state}}``; see
-        :func:`hf_fvo.grammar.token_dfa.from_transitions`.
-
-        Example:
-            >>> from hf_fvo import Grammar
-            >>> g = Grammar.from_transitions({0: {0: 1}, 1: {}}, [1], vocab_size=2,
-            ...                              eos_token_id=1)
-            >>> g.walk([0]) is not None and g.is_accepting(g.walk([0]))
-            True
-        """
-        from hf_fvo.grammar.token_dfa import from_transitions
-
-        return from_transitions(
-            transitions, accepting, vocab_size=vocab_size, eos_token_id=eos_token_id,
-            initial_state=initial_state, source=source,
-        )  # fmt: skip
-
-    @classmethod
-    def budget(
-        cls, n: int, k: int, *, zero: int, one: int, eos_token_id: int, vocab_size: int
-    ) -> Grammar:
-        """The budget language L_{n,K} = {x ∈ {0,1}^n : Σx ≤ K} over two token ids; see
-        :func:`hf_fvo.grammar.token_dfa.budget_language`.
-
-        Example:
-            >>> from hf_fvo import Grammar
-            >>> Grammar.budget(20, 10, zero=0, one=1, eos_token_id=2, vocab_size=3).num_states
-            177
-        """
-        from hf_fvo.grammar.token_dfa import budget_language
-
-        return budget_language(
-            n, k, zero=zero, one=one, eos_token_id=eos_token_id, vocab_size=vocab_size
-        )
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -346,6 +138,11 @@ class Grammar:
     def source(self) -> str:
         """A short description of what was compiled."""
         return self._source
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        """Digest of the token bytes compiled for (a token table's ids when built directly)."""
+        return self._fingerprint
 
     @property
     def reserved_character(self) -> str | None:
@@ -439,15 +236,6 @@ class Grammar:
             return int(self._lookup_dst_np[a + i])
         return None
 
-    def walk(self, token_ids: Iterable[int], state: int | None = None) -> int | None:
-        """The state after consuming ``token_ids`` from ``state`` (default: initial), or None."""
-        s: int | None = self.initial_state if state is None else self._check_state(state)
-        for t in token_ids:
-            s = self.next_state(s, t)
-            if s is None:
-                return None
-        return s
-
     def min_tokens_to_accept(self, state: int) -> int:
         """Fewest tokens (EOS not counted) that take ``state`` to an accepting state."""
         return int(self._distance[self._check_state(state)])
@@ -473,13 +261,21 @@ class Grammar:
             )  # fmt: skip
         return max(int(self._longest[state]), 0)
 
-    def can_accept_within(self, state: int, n: int) -> bool:
-        """Whether an accepting state is reachable from ``state`` within ``n`` more tokens.
-
-        EOS is not counted. A caller that also needs room for EOS (HF ``max_new_tokens``
-        counts it) asks ``can_accept_within(state, remaining - 1)``.
-        """
-        return self.min_tokens_to_accept(state) <= n
+    def admissible(self, state: int, remaining: int | None) -> torch.Tensor:
+        """A_t restricted to candidates whose completion fits in ``remaining`` tokens (EOS
+        counted): y is kept when its next state can accept within ``remaining - 1`` tokens."""
+        mask = self.allowed(state)
+        if remaining is None:
+            return mask
+        if remaining < 1:
+            return torch.zeros_like(mask)
+        groups = self.transitions(state)
+        for k, nxt in enumerate(groups.next_states.tolist()):
+            # after y, the next state needs its distance in content tokens plus EOS
+            if int(self._distance[nxt]) + 1 > remaining - 1:
+                a, b = int(groups.offsets[k]), int(groups.offsets[k + 1])
+                mask[groups.token_ids[a:b]] = False
+        return mask
 
     def token_trie(
         self,
@@ -509,6 +305,8 @@ class Grammar:
     # -- internals --------------------------------------------------------------------------
 
     def _check_state(self, state: int) -> int:
+        if isinstance(state, bool) or not isinstance(state, (int, np.integer)):
+            raise GrammarError(f"a state of this automaton is an int, got {state!r}")
         s = int(state)
         if not 0 <= s < len(self._accepting_np):
             raise GrammarError(f"state {state} is not a state of this automaton")
@@ -539,12 +337,13 @@ class Grammar:
 
     def __repr__(self) -> str:
         return (
-            f"Grammar({self._source}, states={self.num_states}, "
+            f"TokenAutomaton({self._source}, states={self.num_states}, "
             f"transitions={self.num_transitions}, vocab_size={self._vocab_size})"
         )
 
 
-def _check_count(name: str, value: Any) -> int:
+def check_count(name: str, value: Any) -> int:
+    """``value`` as a non-negative int, or a :class:`GrammarError` naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise GrammarError(f"{name} must be a non-negative int, got {value!r}")
     return int(value)

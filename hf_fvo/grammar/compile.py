@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hf_fvo.grammar.automaton import Grammar
+from hf_fvo.grammar.automaton import TokenAutomaton
 from hf_fvo.grammar.errors import (
     EmptyLanguageError,
     GrammarError,
@@ -39,7 +39,7 @@ COMPILE_TIMEOUT_S = 300.0
 _CACHE_SIZE = 64
 _UNICODE_CLASS = re.compile(r"\\[pP](?:\{[^}]*\}|[A-Za-z])")
 
-_CACHE: OrderedDict[tuple[Any, ...], Grammar] = OrderedDict()
+_CACHE: OrderedDict[tuple[Any, ...], TokenAutomaton] = OrderedDict()
 _VOCAB_ARTIFACTS: OrderedDict[str, tuple[str, Any, np.ndarray, np.ndarray]] = OrderedDict()
 _LOCK = threading.RLock()
 T = TypeVar("T")
@@ -47,9 +47,12 @@ T = TypeVar("T")
 
 def clear_cache() -> None:
     """Forget every compiled grammar (the next ``Grammar.from_…`` call recompiles)."""
+    from hf_fvo.grammar import pushdown
+
     with _LOCK:
         _CACHE.clear()
         _VOCAB_ARTIFACTS.clear()
+    pushdown.clear_cache()
 
 
 def compile_grammar(
@@ -60,14 +63,14 @@ def compile_grammar(
     max_length: int | None = None,
     eos_token_id: int | Sequence[int] | None = None,
     max_states: int | None = None,
-) -> Grammar:
+) -> TokenAutomaton:
     """Compile ``source`` for ``tokenizer``; cached by (source, tokenizer bytes, options)."""
     vocab = (
         tokenizer
         if isinstance(tokenizer, TokenVocabulary)
         else TokenVocabulary.from_tokenizer(tokenizer, eos_token_id)
     )
-    size = _resolve_vocab_size(vocab, vocab_size)
+    size = resolve_vocab_size(vocab, vocab_size)
     if max_length is not None and (
         isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0
     ):
@@ -86,7 +89,8 @@ def compile_grammar(
     return grammar
 
 
-def _resolve_vocab_size(vocab: TokenVocabulary, vocab_size: int | None) -> int:
+def resolve_vocab_size(vocab: TokenVocabulary, vocab_size: int | None) -> int:
+    """The mask length: ``vocab_size`` checked against the vocabulary (default: its length)."""
     if vocab_size is None:
         return len(vocab)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
@@ -107,7 +111,7 @@ def _compile(
     vocab_size: int,
     max_length: int | None,
     limit: int,
-) -> Grammar:
+) -> TokenAutomaton:
     from outlines_core import Index, Vocabulary
 
     sigma, outlines_vocab, avoid, lengths = _vocabulary_artifacts(vocab)
@@ -146,6 +150,7 @@ def _compile(
     return assemble(
         edges, init, accepting, vocab.eos_token_ids, vocab_size, description, sigma,
         empty_reason=f"no token sequence of this tokenizer spells a member{bound}",
+        fingerprint=vocab.fingerprint,
     )  # fmt: skip
 
 
@@ -379,7 +384,8 @@ def assemble(
     description: str,
     sigma: str | None = None,
     empty_reason: str = "no token sequence of this tokenizer spells a member",
-) -> Grammar:
+    fingerprint: str | None = None,
+) -> TokenAutomaton:
     """Trim dead and unreachable states, renumber breadth-first, and build the grouped tables.
 
     ``edges`` maps a state to (tokens, next states); EOS is implied at ``accepting`` states.
@@ -420,7 +426,7 @@ def assemble(
     accepting_arr[remap[acc]] = True
     accepting_arr[n - 1] = True
     empty = np.empty(0, np.int64)
-    return Grammar(
+    return TokenAutomaton(
         state_ptr=state_ptr,
         tokens=np.concatenate(token_parts) if token_parts else empty,
         group_ptr=group_ptr,
@@ -431,6 +437,7 @@ def assemble(
         eos_token_ids=eos_token_ids,
         source=description,
         reserved_character=sigma,
+        tokenizer_fingerprint=fingerprint,
     )
 
 

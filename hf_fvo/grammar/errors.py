@@ -11,7 +11,11 @@ class GrammarError(ValueError):
     """Base class: the grammar cannot be compiled for this tokenizer."""
 
 
-class InvalidRegexError(GrammarError):
+class InvalidGrammarError(GrammarError):
+    """The grammar text (Lark, EBNF, regex) is malformed or uses a feature the engine lacks."""
+
+
+class InvalidRegexError(InvalidGrammarError):
     """The regular expression is malformed or uses a feature the compiler lacks."""
 
 

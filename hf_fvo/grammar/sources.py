@@ -6,8 +6,6 @@ one validates the input, so bad grammars fail here with a typed error before any
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -54,8 +52,10 @@ def escape_literal(text: str) -> str:
     return "".join("\\" + c if c in _META else c for c in text)
 
 
-def regex_source(pattern: str) -> GrammarSource:
-    """A regex source; the pattern must be a ``str``."""
+def regex_source(pattern: Any) -> GrammarSource:
+    """A regex source from a ``str`` (or an ``outlines.types.Regex``)."""
+    if type(pattern).__name__ == "Regex" and isinstance(getattr(pattern, "pattern", None), str):
+        pattern = pattern.pattern
     if not isinstance(pattern, str):
         raise InvalidRegexError(f"a regex must be a str, got {type(pattern).__name__}")
     return GrammarSource("regex", pattern, f"regex {_shorten(pattern)}")
@@ -102,108 +102,30 @@ def dyck_source(depth: int, brackets: str = "()", max_stacks: int = 100_000) -> 
     return GrammarSource("dyck", inner, f"dyck depth={depth} brackets={brackets!r}")
 
 
-# JSON-schema keywords outlines-core 0.2.14 turns into regex structure.
-_ENFORCED = {
-    "type", "properties", "required", "additionalProperties", "items", "prefixItems",
-    "minItems", "maxItems", "minLength", "maxLength", "pattern", "format", "enum", "const",
-    "anyOf", "oneOf", "allOf", "$ref", "$defs", "definitions",
-}  # fmt: skip
-# Keywords that only annotate; they constrain nothing.
-_ANNOTATIONS = {
-    "title", "description", "$schema", "$id", "$comment", "examples", "default",
-    "deprecated", "readOnly", "writeOnly", "discriminator",
-}  # fmt: skip
-_FORMATS = {"date", "date-time", "time", "uuid", "uri", "email"}
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_MAPS = ("properties", "$defs", "definitions")
-
-
-def json_schema_source(schema: Any, whitespace: str | None = None) -> GrammarSource:
-    """Lower a JSON schema (dict, JSON string or Pydantic model class) to a regex.
+def json_schema_source(
+    schema: Any, whitespace: str | None = None, *, strict: bool = True
+) -> GrammarSource:
+    """A regular JSON schema (dict, JSON string, Pydantic model…) as one regex; see
+    :mod:`hf_fvo.grammar.json_regex` for the subset lowered.
 
     Raises:
-        UnsupportedSchemaError: invalid JSON, a keyword that would be silently ignored, or a
-            structure outlines-core rejects.
+        UnsupportedSchemaError: an assertion that cannot be enforced exactly, or a construct
+            the automaton lowering does not cover (compile those with the pushdown backend).
     """
-    from outlines_core.json_schema import build_regex_from_schema
+    from hf_fvo.grammar.json_regex import schema_regex
+    from hf_fvo.grammar.json_schema import prepare_json_schema
 
-    data = _schema_as_dict(schema)
-    _check_schema(data, "#")
     if whitespace is not None and not isinstance(whitespace, str):
         raise UnsupportedSchemaError(f"whitespace must be a regex str or None, not {whitespace!r}")
-    text = json.dumps(data)  # keeps property order: outlines emits properties in this order
-    try:
-        regex = build_regex_from_schema(text, whitespace_pattern=whitespace)
-    except BaseException as exc:  # pyo3 panics are BaseException
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UnsupportedSchemaError(f"outlines-core cannot compile this schema: {first}") from exc
+    prepared = prepare_json_schema(schema, strict=strict)
+    if prepared.schema is False:
+        raise EmptyLanguageError("the schema is `false`: it admits nothing")
+    regex = schema_regex(prepared.schema, "[ ]?" if whitespace is None else whitespace)
     ws = "default" if whitespace is None else repr(whitespace)
-    return GrammarSource("json_schema", regex, f"json_schema {_shorten(text)} whitespace={ws}")
-
-
-def _schema_as_dict(schema: Any) -> dict[str, Any]:
-    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
-        return schema.model_json_schema()
-    if isinstance(schema, (str, bytes)):
-        try:
-            schema = json.loads(schema)
-        except json.JSONDecodeError as exc:
-            raise UnsupportedSchemaError(f"the schema is not valid JSON: {exc}") from exc
-    if not isinstance(schema, dict):
-        raise UnsupportedSchemaError(
-            "a JSON schema must be a dict, a JSON string or a Pydantic model class, "
-            f"got {type(schema).__name__}"
-        )
-    return schema
-
-
-def _check_schema(node: Any, path: str) -> None:
-    if isinstance(node, bool):
-        if node is False:
-            raise UnsupportedSchemaError(f"{path}: the schema `false` admits nothing")
-        return
-    if not isinstance(node, dict):
-        raise UnsupportedSchemaError(f"{path}: a schema must be an object, got {node!r}")
-    for key, value in node.items():
-        if key in _ANNOTATIONS:
-            continue
-        if key not in _ENFORCED:
-            raise UnsupportedSchemaError(
-                f"{path}: keyword {key!r} is not enforced by the regex compiler; remove it or "
-                "express the constraint with enum, pattern, minLength/maxLength or "
-                "minItems/maxItems"
-            )
-        if key == "format" and value not in _FORMATS:
-            raise UnsupportedSchemaError(
-                f"{path}: format {value!r} is not supported (supported: {sorted(_FORMATS)})"
-            )
-        if key == "additionalProperties" and "properties" in node and not isinstance(value, bool):
-            raise UnsupportedSchemaError(
-                f"{path}: additionalProperties with a schema next to properties is not enforced"
-            )
-        if key == "required":
-            missing = [r for r in value if r not in node.get("properties", {})]
-            if missing:
-                raise UnsupportedSchemaError(
-                    f"{path}: required names {missing} that are not listed in properties"
-                )
-        if key == "pattern" and isinstance(value, str):
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise UnsupportedSchemaError(f"{path}: invalid pattern {value!r}: {exc}") from exc
-    for key in _SCHEMA_LISTS:
-        for i, sub in enumerate(node.get(key, [])):
-            _check_schema(sub, f"{path}/{key}/{i}")
-    for key in _SCHEMA_MAPS:
-        for name, sub in node.get(key, {}).items():
-            _check_schema(sub, f"{path}/{key}/{name}")
-    for key in ("items", "additionalProperties"):
-        sub = node.get(key)
-        if isinstance(sub, dict) or (key == "items" and sub is False):
-            _check_schema(sub, f"{path}/{key}")
+    mode = "" if strict else " strict=False"
+    return GrammarSource(
+        "json_schema", regex, f"json_schema {_shorten(prepared.text)} whitespace={ws}{mode}"
+    )
 
 
 def _shorten(text: str, limit: int = 60) -> str:

@@ -2,7 +2,7 @@
 
 Toy models with a handful of tokens (the Markov LMs of the exact oracles) and languages whose
 regex would be enormous (the budget language L_{n,K}, whose compact automaton has O(nK) states)
-are easiest to state as a transition table. The result is an ordinary :class:`Grammar`: dead
+are easiest to state as a transition table. The result is an ordinary :class:`TokenAutomaton`: dead
 states trimmed, EOS implied at accepting states.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from hf_fvo.grammar.automaton import Grammar
+from hf_fvo.grammar.automaton import TokenAutomaton
 from hf_fvo.grammar.errors import GrammarError
 
 __all__ = ["budget_language", "from_transitions"]
@@ -26,7 +26,7 @@ def from_transitions(
     eos_token_id: int | Sequence[int],
     initial_state: int = 0,
     source: str = "token automaton",
-) -> Grammar:
+) -> TokenAutomaton:
     """A grammar from ``{state: {token_id: next_state}}`` and the accepting states.
 
     State labels are any ints; they are renumbered (initial state 0). EOS is allowed exactly at
@@ -72,7 +72,7 @@ def from_transitions(
 
 def budget_language(
     n: int, k: int, *, zero: int, one: int, eos_token_id: int, vocab_size: int
-) -> Grammar:
+) -> TokenAutomaton:
     """L_{n,K} = {x ∈ {0,1}^n : Σ x ≤ K} (seed 000 §H.4): exactly ``n`` tokens, each ``zero``
     or ``one``, at most ``k`` of them ``one``, then EOS. The automaton's state is (position,
     ones used); it has (n + 1)(K + 1) − K(K + 1)/2 live states at most.

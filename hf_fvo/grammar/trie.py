@@ -15,7 +15,7 @@ import torch
 from hf_fvo.grammar.errors import EmptyLanguageError, GrammarTooLargeError, InfiniteLanguageError
 
 if TYPE_CHECKING:
-    from hf_fvo.grammar.automaton import Grammar
+    from hf_fvo.grammar.automaton import TokenAutomaton as Grammar
 
 __all__ = ["TokenTrie", "build_token_trie"]
 

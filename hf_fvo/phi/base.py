@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from hf_fvo.grammar import Grammar
+from hf_fvo.grammar import Grammar, GrammarError
 
 __all__ = [
     "Certificate",
@@ -55,12 +55,14 @@ class PhiDiagnostics:
     """Per-position diagnostics: ``mean_phi`` is Φ̄_t = E_{μ_proj,t}[Φ̂]; ``dispersion`` is
     log(Φ̂max/Φ̂min) over candidates with Φ̂ > 0; ``delta`` an additive bound sup|Φ̂ − Φ| where
     the estimator knows one, ``relative`` a relative bound ε with (1−ε)Φ ≤ Φ̂ ≤ (1+ε)Φ
-    (``None`` where unknown)."""
+    (``None`` where unknown); ``unscored`` the share of A_t's mass whose Φ̂ was not computed but
+    filled in (OneStep on pushdown grammars scores the candidates that carry the mass)."""
 
     mean_phi: float
     dispersion: float
     delta: float | None
     relative: float | None = None
+    unscored: float = 0.0
 
     @property
     def tv_bound(self) -> float:
@@ -104,6 +106,12 @@ class Certificate:
         return sum((math.inf if d is None else d.relative_tv_bound) for d in self.steps)
 
     @property
+    def unscored_mass(self) -> float:
+        """The largest share of a position's admissible mass whose Φ̂ was filled in, not
+        computed (0 where every candidate was scored)."""
+        return max((d.unscored for d in self.steps if d is not None), default=0.0)
+
+    @property
     def max_delta(self) -> float | None:
         """The largest δ_t, or ``None`` if some step has none."""
         deltas = [None if d is None else d.delta for d in self.steps]
@@ -131,18 +139,7 @@ def admissible_mask(grammar: Grammar, state: int, remaining: int | None) -> torc
         >>> int(admissible_mask(g, s, 1).sum())  # only EOS fits in one token
         1
     """
-    mask = grammar.allowed(state)
-    if remaining is None:
-        return mask
-    if remaining < 1:
-        return torch.zeros_like(mask)
-    groups = grammar.transitions(state)
-    for k, nxt in enumerate(groups.next_states.tolist()):
-        # after y, the next state needs its distance in content tokens plus EOS
-        if grammar.min_tokens_to_accept(nxt) + 1 > remaining - 1:
-            a, b = int(groups.offsets[k]), int(groups.offsets[k + 1])
-            mask[groups.token_ids[a:b]] = False
-    return mask
+    return grammar.admissible(state, remaining)
 
 
 def no_dead_row(log_phi: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -161,16 +158,24 @@ def no_dead_row(log_phi: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class PhiEstimator(ABC):
     """Base class: implement :meth:`log_phi`; :meth:`step` adds the diagnostics.
 
-    Subclasses set ``name`` (the string ``FVOLogitsProcessor(phi=...)`` accepts) and
-    ``needs_model`` (whether they run forwards of their own).
+    Subclasses set ``name`` (the string ``FVOLogitsProcessor(phi=...)`` accepts),
+    ``needs_model`` (whether they run forwards of their own) and ``needs_automaton`` (whether
+    they read a token automaton's state tables; the others work on every grammar backend).
     """
 
     name: ClassVar[str]
     needs_model: ClassVar[bool] = False
+    needs_automaton: ClassVar[bool] = False
 
     def __init__(self, grammar: Grammar, model: Any = None) -> None:
         if not isinstance(grammar, Grammar):
             raise TypeError(f"grammar must be an hf_fvo.Grammar, got {type(grammar).__name__}")
+        if self.needs_automaton and grammar.backend != "automaton":
+            raise GrammarError(
+                f"the {self.name!r} estimator needs a token automaton, but {grammar.source} is a "
+                f"{grammar.backend} grammar; compile it with backend='automaton' (regular "
+                "languages) or choose another estimator"
+            )
         if self.needs_model and model is None:
             raise ValueError(f"the {self.name!r} estimator runs the model: pass model=")
         self.grammar = grammar
@@ -188,9 +193,13 @@ class PhiEstimator(ABC):
         """ε with (1 − ε)Φ ≤ Φ̂ ≤ (1 + ε)Φ on A_t where known (``None`` otherwise)."""
         return 0.0 if self.additive_error(ctx) == 0.0 else None
 
+    def estimate(self, ctx: PhiContext) -> tuple[torch.Tensor, float]:
+        """(log Φ̂, the share of A_t's mass whose Φ̂ was filled in rather than computed)."""
+        return self.log_phi(ctx), 0.0
+
     def step(self, ctx: PhiContext) -> PhiStep:
         """log Φ̂ plus Φ̄_t, the dispersion and δ_t for one position."""
-        log_phi = self.log_phi(ctx)
+        log_phi, unscored = self.estimate(ctx)
         logp = torch.log_softmax(ctx.logits.double(), dim=-1)
         width = log_phi.shape[0]
         admissible = torch.isfinite(log_phi)
@@ -198,10 +207,10 @@ class PhiEstimator(ABC):
         lf = log_phi[admissible]
         delta, relative = self.additive_error(ctx), self.relative_error(ctx)
         if len(lf) == 0:
-            return PhiStep(log_phi, PhiDiagnostics(0.0, 0.0, delta, relative))
+            return PhiStep(log_phi, PhiDiagnostics(0.0, 0.0, delta, relative, unscored))
         mean = torch.exp(torch.logsumexp(lp + lf, 0) - torch.logsumexp(lp, 0)).item()
         spread = (lf.max() - lf.min()).item()
-        return PhiStep(log_phi, PhiDiagnostics(mean, spread, delta, relative))
+        return PhiStep(log_phi, PhiDiagnostics(mean, spread, delta, relative, unscored))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.grammar.source})"

@@ -58,6 +58,7 @@ class MarkovExactPhi(PhiEstimator):
 
     name = "exact_markov"
     needs_model = True
+    needs_automaton = True
 
     def __init__(self, grammar: Grammar, model: Any) -> None:
         super().__init__(grammar, model)

@@ -1,14 +1,22 @@
 """OneStep-cheap (seed 000, Def. 9): Φ̂(y) = Σ_{u ∈ A_{t+1}(x y)} p_t(u), from the logits at hand.
 
-No forward pass: the current distribution p_t stands in for p(· | x, y). The sum is taken once
-per distinct next state (a state has few; the grouped transition table gives them), so the cost
-is one gather-sum per next state, never a loop over the vocabulary.
+No forward pass: the current distribution p_t stands in for p(· | x, y).
+
+- On a token automaton the sum is taken once per distinct next state (a state has few; the
+  grouped transition table gives them): one gather-sum per next state, never a loop over the
+  vocabulary. Every candidate is scored.
+- On a pushdown grammar next states are not shared, so each candidate costs a parser step and a
+  mask. The candidates that carry the mass are scored (the most likely ones until their p_t mass
+  covers ``coverage`` of A_t, at most ``max_candidates``); the others get the p_t-weighted mean of
+  the scored values, and their mass is reported as ``unscored`` in the diagnostics and in the
+  certificate.
 """
 
 from __future__ import annotations
 
 import torch
 
+from hf_fvo.grammar import Grammar, TokenAutomaton
 from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 
 __all__ = ["OneStepPhi"]
@@ -16,6 +24,12 @@ __all__ = ["OneStepPhi"]
 
 class OneStepPhi(PhiEstimator):
     """Allowed probability mass at each candidate's next state, under the current logits.
+
+    Args:
+        grammar: The compiled grammar (either backend).
+        model: Unused (OneStep runs no forwards).
+        coverage: Pushdown grammars: score candidates until they hold this share of A_t's mass.
+        max_candidates: Pushdown grammars: score at most this many candidates per position.
 
     Example:
         >>> import torch
@@ -33,13 +47,53 @@ class OneStepPhi(PhiEstimator):
 
     name = "onestep"
 
+    def __init__(
+        self,
+        grammar: Grammar,
+        model: object = None,
+        *,
+        coverage: float = 0.99,
+        max_candidates: int = 32,
+    ) -> None:
+        super().__init__(grammar, model)
+        if not 0.0 < coverage <= 1.0:
+            raise ValueError(f"coverage must lie in (0, 1], got {coverage!r}")
+        if (
+            isinstance(max_candidates, bool)
+            or not isinstance(max_candidates, int)
+            or (max_candidates < 1)
+        ):
+            raise ValueError(f"max_candidates must be a positive int, got {max_candidates!r}")
+        self.coverage = float(coverage)
+        self.max_candidates = max_candidates
+        self._unscored = 0.0
+
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
-        g = self.grammar
+        out, self._unscored = self._onestep(ctx)
+        return out
+
+    def estimate(self, ctx: PhiContext) -> tuple[torch.Tensor, float]:
+        # subclasses refine log_phi on top of OneStep's vector, which records the unscored mass
+        self._unscored = 0.0
+        out = self.log_phi(ctx)
+        return out, self._unscored
+
+    def _onestep(self, ctx: PhiContext) -> tuple[torch.Tensor, float]:
         logp = torch.log_softmax(ctx.logits.double(), dim=-1)
-        mask = admissible_mask(g, ctx.state, ctx.remaining)
+        mask = admissible_mask(self.grammar, ctx.state, ctx.remaining)
         out = torch.full(mask.shape, -torch.inf, dtype=torch.float64)
-        if g.is_accepting(ctx.state):
-            out[list(g.eos_token_ids)] = 0.0  # Φ(EOS) = 1: the text is complete
+        if self.grammar.is_accepting(ctx.state):
+            out[list(self.grammar.eos_token_ids)] = 0.0  # Φ(EOS) = 1: the text is complete
+        if isinstance(self.grammar, TokenAutomaton):
+            self._grouped(ctx, logp, mask, out)
+            return no_dead_row(out, mask), 0.0
+        unscored = self._scored(ctx, logp, mask, out)
+        return no_dead_row(out, mask), unscored
+
+    def _grouped(
+        self, ctx: PhiContext, logp: torch.Tensor, mask: torch.Tensor, out: torch.Tensor
+    ) -> None:
+        g = self.grammar
         after = None if ctx.remaining is None else ctx.remaining - 1
         groups = g.transitions(ctx.state)
         for k, nxt in enumerate(groups.next_states.tolist()):
@@ -50,4 +104,35 @@ class OneStepPhi(PhiEstimator):
                 continue
             allowed_next = admissible_mask(g, nxt, after)
             out[tokens] = torch.logsumexp(logp[: allowed_next.shape[0]][allowed_next], 0)
-        return no_dead_row(out, mask)
+
+    def _scored(
+        self, ctx: PhiContext, logp: torch.Tensor, mask: torch.Tensor, out: torch.Tensor
+    ) -> float:
+        """Score the most likely candidates; the rest get the mass-weighted mean. Returns the
+        share of A_t's mass that was not scored."""
+        g = self.grammar
+        width = mask.shape[0]
+        candidates = mask.clone()
+        candidates[list(g.eos_token_ids)] = False
+        ids = torch.nonzero(candidates).flatten()
+        if len(ids) == 0:
+            return 0.0
+        lp = logp[:width][ids]
+        order = torch.argsort(lp, descending=True)
+        total = torch.logsumexp(logp[:width][mask], 0)
+        share = torch.exp(torch.logcumsumexp(lp[order], 0) - total)
+        take = int(torch.searchsorted(share, torch.tensor(self.coverage, dtype=share.dtype))) + 1
+        take = min(take, self.max_candidates, len(ids))
+        chosen = ids[order[:take]]
+        after = None if ctx.remaining is None else ctx.remaining - 1
+        for y in chosen.tolist():
+            nxt = g.next_state(ctx.state, y)
+            allowed_next = admissible_mask(g, nxt, after)
+            out[y] = torch.logsumexp(logp[: allowed_next.shape[0]][allowed_next], 0)
+        rest = ids[order[take:]]
+        if len(rest) == 0:
+            return 0.0
+        weights = logp[:width][chosen]
+        mean = torch.logsumexp(weights + out[chosen], 0) - torch.logsumexp(weights, 0)
+        out[rest] = mean
+        return float(torch.exp(torch.logsumexp(logp[:width][rest], 0) - total))

@@ -309,11 +309,10 @@ def rollout_successes(
         cache = out.past_key_values
         cache.batch_repeat_interleave(len(rows))
         ids = torch.tensor([[starts[int(o)][0]] for o in owner], device=device)
-        states = np.array([starts[int(o)][1] for o in owner], dtype=np.int64)
+        states = [starts[int(o)][1] for o in owner]
         alive = torch.arange(len(rows))
         length = len(prefix) + 1
         eos = set(grammar.eos_token_ids)
-        accepting = np.array([grammar.is_accepting(s) for s in range(grammar.num_states)])
         for _ in range(max_steps):
             mask = torch.ones(len(alive), length, dtype=torch.long, device=device)
             logits = model(input_ids=ids, attention_mask=mask, past_key_values=cache,
@@ -323,9 +322,9 @@ def rollout_successes(
             probs = torch.softmax(logits.double(), dim=-1)
             drawn = torch.multinomial(probs, 1, generator=gen).flatten().cpu().tolist()
             keep = []
-            for r, (tok, s) in enumerate(zip(drawn, states.tolist(), strict=True)):
+            for r, (tok, s) in enumerate(zip(drawn, states, strict=True)):
                 if tok in eos:
-                    if accepting[s]:
+                    if grammar.is_accepting(s):
                         wins[owner[alive[r]]] += 1
                     continue
                 nxt = grammar.next_state(s, tok) if tok < grammar.vocab_size else None
@@ -337,7 +336,7 @@ def rollout_successes(
             if len(keep) < len(alive):
                 cache.batch_select_indices(torch.tensor(keep, device=device))
             alive = alive[keep]
-            states = states[keep]
+            states = [states[r] for r in keep]
             ids = torch.tensor([[drawn[r]] for r in keep], device=device)
             length += 1
     if state.num_processes > 1:

@@ -57,7 +57,7 @@ def _regex_case(name: str, build: Callable[[Any], Grammar], source: GrammarSourc
 CASES = [
     _regex_case(
         "json_nested",
-        lambda tok: Grammar.from_json_schema(NESTED_SCHEMA, tok),
+        lambda tok: Grammar.from_json_schema(NESTED_SCHEMA, tok, backend="automaton"),
         json_schema_source(NESTED_SCHEMA),
     ),
     Case(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from hf_fvo import (
@@ -46,47 +44,6 @@ def test_every_error_is_a_grammar_error_and_a_value_error():
 def test_invalid_regex_names_the_problem(smol_tokenizer, pattern, match):
     with pytest.raises(InvalidRegexError, match=match):
         Grammar.from_regex(pattern, smol_tokenizer)
-
-
-@pytest.mark.parametrize(
-    ("schema", "match"),
-    [
-        ({"type": "integer", "minimum": 0}, "'minimum'"),
-        ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "'uniqueItems'"),
-        ({"type": "object", "patternProperties": {"^a": {}}}, "'patternProperties'"),
-        ({"not": {"type": "string"}}, "'not'"),
-        ({"type": "string", "format": "ipv4"}, "format 'ipv4'"),
-        ({"type": "object", "required": ["a"]}, "not listed in properties"),
-        ({"type": "foo"}, "Unsupported type"),
-        ("{not json", "not valid JSON"),
-        ([1, 2], "must be a dict"),
-        (
-            {"type": "object", "properties": {"a": {"type": "integer", "maximum": 3}}},
-            "#/properties/a: keyword 'maximum'",
-        ),
-    ],
-)
-def test_unsupported_schema_names_the_keyword_and_where(smol_tokenizer, schema, match):
-    with pytest.raises(UnsupportedSchemaError, match=match):
-        Grammar.from_json_schema(schema, smol_tokenizer)
-
-
-def test_schema_inputs_dict_string_and_pydantic_agree(smol_tokenizer):
-    from typing import Literal
-
-    from pydantic import BaseModel
-
-    class Reply(BaseModel):
-        status: Literal["ok", "error"]
-        code: int
-
-    as_dict = Reply.model_json_schema()
-    a = Grammar.from_json_schema(Reply, smol_tokenizer, whitespace="")
-    b = Grammar.from_json_schema(as_dict, smol_tokenizer, whitespace="")
-    c = Grammar.from_json_schema(json.dumps(as_dict), smol_tokenizer, whitespace="")
-    assert a is b is c
-    state = a.walk(smol_tokenizer.encode('{"status":"ok","code":200}'))
-    assert state is not None and a.is_accepting(state)
 
 
 @pytest.mark.parametrize("pattern", [r"[^\s\S]", r"a[^\s\S]b"])

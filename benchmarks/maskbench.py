@@ -1,0 +1,143 @@
+"""MaskBench exactness: does each engine accept every valid instance and no invalid one?
+
+For every file of ``../shared/realworld/maskbench-dev.jsonl``, each engine compiles the schema in
+the spec's language (hf_fvo ``strict=False``, XGrammar ``strict_mode=False``; llguidance and
+outlines-core have no strict mode) in its own worker process with a time limit, then reads every
+instance as the SmolLM2 tokenization of its compact JSON with keys in the schema's order
+(``schema_key_order``). Valid instances must be accepted, invalid ones rejected. For hf_fvo the
+grammar-guided search (``accepting_serialization``) is reported too: a valid instance in *any*
+key order the grammar accepts, an invalid one in the schema's order.
+
+Usage:
+    python benchmarks/maskbench.py --timeout 60 --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DEV = ROOT.parent / "shared" / "realworld" / "maskbench-dev.jsonl"
+
+
+def reorder(value, order: dict[str, int]):
+    """``value`` with every object's keys in schema order (unknown keys after, as given)."""
+    if isinstance(value, dict):
+        items = sorted(value.items(), key=lambda kv: order.get(kv[0], len(order)))
+        return {k: reorder(v, order) for k, v in items}
+    if isinstance(value, list):
+        return [reorder(v, order) for v in value]
+    return value
+
+
+def main() -> None:
+    import torch
+    import transformers
+
+    from benchmarks.grammar_engines import ENGINES, Pool
+    from hf_fvo import Grammar
+    from hf_fvo.eval.instances import accepting_serialization, schema_key_order
+    from hf_fvo.grammar import GrammarError
+    from hf_fvo.models import load_default_tokenizer
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--engines", default=",".join(e for e in ENGINES if e != "hf_fvo_automaton"))
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    tok = load_default_tokenizer()
+    rows = [json.loads(line) for line in DEV.open()][: args.limit]
+    engines = args.engines.split(",")
+    pools = {name: Pool(name) for name in engines}
+    stats = {name: defaultdict(int) for name in [*engines, "hf_fvo (search)"]}
+    for i, row in enumerate(rows):
+        order = schema_key_order(row["schema"]) if _prepares(row["schema"]) else []
+        rank = {k: j for j, k in enumerate(order)}
+        compact = {"separators": (",", ":"), "ensure_ascii": False}
+        texts = [tok.encode(json.dumps(reorder(t["data"], rank), **compact)) for t in row["tests"]]
+        valid = [t["valid"] for t in row["tests"]]
+        for name in engines[i % len(engines) :] + engines[: i % len(engines)]:
+            result = pools[name].run({"schema": row["schema"], "strict": False, "texts": texts},
+                                     args.timeout)  # fmt: skip
+            _count(stats[name], result, valid)
+        s = stats["hf_fvo (search)"]
+        try:
+            g = Grammar.from_json_schema(row["schema"], tok, whitespace="", strict=False)
+        except GrammarError:
+            s["refused"] += 1
+            continue
+        s["compiled"] += 1
+        for case in row["tests"]:
+            text = accepting_serialization(g, case["data"], tok, key_order=order,
+                                           search=case["valid"])  # fmt: skip
+            _tally(s, case["valid"], text is not None)
+        if (i + 1) % 50 == 0:
+            print(f"{i + 1}/{len(rows)}", flush=True)
+    for pool in pools.values():
+        pool.close()
+    lines = [
+        "## MaskBench: valid instances accepted, invalid ones rejected",
+        "",
+        f"`python benchmarks/maskbench.py --timeout {args.timeout:g} --write`: {len(rows)} files "
+        f"of `maskbench-dev.jsonl`, SmolLM2 tokenizer, compact JSON, the spec's language (no "
+        f"strict objects); {platform.processor() or platform.machine()}, torch "
+        f"{torch.__version__}, transformers {transformers.__version__}. Instances are read as "
+        "the tokenizer's tokenization of their compact JSON with keys in the schema's order; "
+        "'hf_fvo (search)' feeds the same grammar through `accepting_serialization` (any key "
+        "order the grammar accepts for valid instances, the schema's order for invalid ones). "
+        "Only files an engine compiles count toward its instance columns.",
+        "",
+        "| engine | compiled | refused | crash | timeout | valid accepted | invalid accepted |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, s in stats.items():
+        lines.append(
+            f"| {name} | {s['compiled']}/{len(rows)} | {s['refused']} | {s['crash']} | "
+            f"{s['timeout']} | {s['valid_ok']}/{s['valid']} | {s['invalid_ok']}/{s['invalid']} |"
+        )
+    table = "\n".join(lines)
+    print(table)
+    if args.write:
+        from benchmarks.docs_section import write_section
+
+        write_section(lines[0], table)
+
+
+def _prepares(schema) -> bool:
+    from hf_fvo.grammar import GrammarError
+    from hf_fvo.grammar.json_schema import prepare_json_schema
+
+    try:
+        prepare_json_schema(schema, strict=False)
+        return True
+    except GrammarError:
+        return False
+
+
+def _count(s: dict, result: dict, valid: list[bool]) -> None:
+    if result["status"] != "ok":
+        s[result["status"]] += 1
+        return
+    s["compiled"] += 1
+    for ok, accepted in zip(valid, result["accepted"], strict=True):
+        _tally(s, ok, accepted)
+
+
+def _tally(s: dict, valid: bool, accepted: bool) -> None:
+    if valid:
+        s["valid"] += 1
+        s["valid_ok"] += accepted
+    else:
+        s["invalid"] += 1
+        s["invalid_ok"] += accepted
+
+
+if __name__ == "__main__":
+    main()

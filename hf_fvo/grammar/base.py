@@ -1,0 +1,597 @@
+"""The grammar interface: a compiled, immutable grammar and a cheap per-sequence matcher.
+
+Two backends implement :class:`Grammar` (the XGrammar split: compile once, match per sequence):
+
+- :class:`~hf_fvo.grammar.TokenAutomaton` — a finite automaton over token ids whose states are
+  ints (regex, choices, bounded Dyck, token tables, and JSON schemas on request). Exact Φ by
+  token tries, Markov products and grouped OneStep sums are built on it.
+- :class:`~hf_fvo.grammar.PushdownGrammar` — llguidance's Earley parser over token bytes, for
+  what an automaton cannot hold or not cheaply: JSON schemas (the default), recursion,
+  context-free grammars. States are opaque, immutable values.
+
+Either way a state is a value the caller holds; the grammar never changes after compilation.
+:class:`GrammarMatcher` wraps one sequence's state for users who prefer ``consume``/``rollback``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from hf_fvo.grammar.errors import GrammarError
+
+if TYPE_CHECKING:
+    from hf_fvo.grammar.trie import TokenTrie
+
+__all__ = ["Grammar", "GrammarMatcher", "State"]
+
+State = Hashable
+"""A grammar state: an ``int`` for automata, an opaque immutable value for pushdown grammars."""
+
+
+class Grammar(ABC):
+    """A compiled, immutable grammar over one tokenizer's token ids.
+
+    Build one with :meth:`from_json_schema`, :meth:`from_regex`, :meth:`from_choices`,
+    :meth:`dyck`, :meth:`from_lark`, :meth:`from_ebnf`, :meth:`from_transitions` or
+    :meth:`budget`; compiled grammars are cached by (grammar, tokenizer, options).
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tokenizer = load_default_tokenizer()
+        >>> g = Grammar.from_choices(["ok", "error"], tokenizer)
+        >>> state = g.walk(tokenizer.encode("ok"))
+        >>> g.is_accepting(state), bool(g.allowed(state)[g.eos_token_id])
+        (True, True)
+        >>> g.walk(tokenizer.encode("okay")) is None
+        True
+    """
+
+    backend: ClassVar[str]
+
+    # -- construction -----------------------------------------------------------------------
+
+    @classmethod
+    def from_json_schema(
+        cls,
+        schema: Any,
+        tokenizer: Any,
+        whitespace: str | None = None,
+        vocab_size: int | None = None,
+        *,
+        strict: bool = True,
+        backend: str = "pushdown",
+        max_length: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        max_states: int | None = None,
+    ) -> Grammar:
+        """Compile a JSON schema (draft-04 to 2020-12): exactly its language, or a refusal.
+
+        Args:
+            schema: A dict, a JSON string, a Pydantic model class (or any type Pydantic
+                describes), or an ``outlines.types.JsonSchema``.
+            tokenizer: A Hugging Face fast tokenizer (or a :class:`TokenVocabulary`).
+            whitespace: Regex for the whitespace allowed between JSON tokens, matched at most
+                once at each place; ``None`` is ``[ ]?`` (one optional space, as in Outlines),
+                ``""`` gives compact JSON.
+            vocab_size: Length of the masks, normally ``model.config.vocab_size``.
+            strict: Objects whose schema lists properties admit no other keys unless the
+                schema says otherwise (Outlines' and XGrammar's convention); ``False`` is the
+                spec's language, where they admit any extra key.
+            backend: ``"pushdown"`` (llguidance: every schema, milliseconds to compile) or
+                ``"automaton"`` (a token automaton for regular schemas: exact Markov DPs and
+                grouped OneStep sums; compiling can take seconds).
+            max_length, eos_token_id, max_states: As in :meth:`from_regex` (``max_length`` and
+                ``max_states`` apply to the automaton backend).
+
+        Raises:
+            UnsupportedSchemaError: a keyword that cannot be enforced exactly, named with its
+                JSON pointer; or an invalid schema.
+            EmptyLanguageError: no JSON text satisfies the schema.
+            TokenizerError: the tokenizer cannot be mapped to bytes.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tokenizer = load_default_tokenizer()
+            >>> schema = {"type": "object", "properties": {"ok": {"type": "boolean"}},
+            ...           "required": ["ok"]}
+            >>> g = Grammar.from_json_schema(schema, tokenizer, whitespace="")
+            >>> g.backend, g.is_accepting(g.walk(tokenizer.encode('{"ok":true}')))
+            ('pushdown', True)
+        """
+        if backend == "pushdown":
+            from hf_fvo.grammar.pushdown import compile_json_schema
+
+            if max_length is not None or max_states is not None:
+                raise GrammarError(
+                    "max_length and max_states apply to backend='automaton'; the pushdown "
+                    "backend has no state limit (bound the output with max_new_tokens)"
+                )
+            return compile_json_schema(
+                schema, tokenizer, whitespace=whitespace, vocab_size=vocab_size, strict=strict,
+                eos_token_id=eos_token_id,
+            )  # fmt: skip
+        if backend != "automaton":
+            raise GrammarError(f"backend must be 'pushdown' or 'automaton', got {backend!r}")
+        from hf_fvo.grammar.compile import compile_grammar
+        from hf_fvo.grammar.sources import json_schema_source
+
+        return compile_grammar(
+            json_schema_source(schema, whitespace, strict=strict),
+            tokenizer,
+            vocab_size=vocab_size,
+            max_length=max_length,
+            eos_token_id=eos_token_id,
+            max_states=max_states,
+        )
+
+    @classmethod
+    def from_regex(
+        cls,
+        pattern: Any,
+        tokenizer: Any,
+        vocab_size: int | None = None,
+        *,
+        backend: str = "automaton",
+        max_length: int | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        max_states: int | None = None,
+    ) -> Grammar:
+        """Compile a regular expression (Rust ``regex`` syntax, matched in full).
+
+        Args:
+            pattern: The regular expression (a ``str`` or an ``outlines.types.Regex``); the
+                whole generated text must match it.
+            tokenizer: A Hugging Face fast tokenizer (or a :class:`TokenVocabulary`).
+            vocab_size: Length of the masks, normally ``model.config.vocab_size`` (which can
+                exceed ``len(tokenizer)``); defaults to ``len(tokenizer)``.
+            backend: ``"automaton"`` (default) or ``"pushdown"`` (no state limit; for
+                patterns whose automaton would be huge, such as ``[a-z]{10000}``).
+            max_length: Optional bound on the number of characters of the text (automaton).
+            eos_token_id: Overrides ``tokenizer.eos_token_id``; may list several ids.
+            max_states: Refuse patterns whose byte automaton has more states than this.
+
+        Raises:
+            InvalidRegexError: the pattern is malformed or uses an unsupported feature.
+            EmptyLanguageError: no token sequence spells a member (within ``max_length``).
+            GrammarTooLargeError: the automaton would exceed ``max_states``.
+            TokenizerError: the tokenizer cannot be mapped to bytes.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_regex(r"[0-9]{4}", load_default_tokenizer())
+            >>> g.is_finite, g.min_tokens_to_accept(g.initial_state)  # SmolLM2 splits digits
+            (True, 4)
+        """
+        from hf_fvo.grammar.sources import regex_source
+
+        source = regex_source(pattern)
+        if backend == "pushdown":
+            from hf_fvo.grammar.pushdown import compile_regex
+
+            return compile_regex(
+                source.regex, tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id
+            )
+        if backend != "automaton":
+            raise GrammarError(f"backend must be 'automaton' or 'pushdown', got {backend!r}")
+        from hf_fvo.grammar.compile import compile_grammar
+
+        return compile_grammar(
+            source,
+            tokenizer,
+            vocab_size=vocab_size,
+            max_length=max_length,
+            eos_token_id=eos_token_id,
+            max_states=max_states,
+        )
+
+    @classmethod
+    def from_lark(
+        cls,
+        grammar: Any,
+        tokenizer: Any,
+        vocab_size: int | None = None,
+        *,
+        eos_token_id: int | Sequence[int] | None = None,
+    ) -> Grammar:
+        """Compile a context-free grammar in Lark syntax (llguidance's dialect: ``start`` rule,
+        lowercase rules, uppercase terminals, ``/regex/`` terminals, ``%json {…}`` sub-schemas).
+
+        Args:
+            grammar: The grammar text, or an ``outlines.types.CFG``.
+            tokenizer, vocab_size, eos_token_id: As in :meth:`from_regex`.
+
+        Raises:
+            InvalidGrammarError: the grammar is malformed.
+            EmptyLanguageError: it generates no text.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> g = Grammar.from_lark('start: "(" start ")" | "x"', tok)
+            >>> g.is_accepting(g.walk(tok.encode("((x))"))), g.walk(tok.encode("(x))")) is None
+            (True, True)
+        """
+        from hf_fvo.grammar.pushdown import compile_lark
+
+        return compile_lark(grammar, tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id)
+
+    @classmethod
+    def from_ebnf(
+        cls,
+        grammar: str,
+        tokenizer: Any,
+        vocab_size: int | None = None,
+        *,
+        eos_token_id: int | Sequence[int] | None = None,
+    ) -> Grammar:
+        """Compile a context-free grammar in GBNF (llama.cpp's EBNF: ``root ::= …``).
+
+        Raises:
+            InvalidGrammarError: the grammar is malformed.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> g = Grammar.from_ebnf('root ::= "a" root "b" | "c"', tok)
+            >>> g.is_accepting(g.walk(tok.encode("aacbb")))
+            True
+        """
+        from hf_fvo.grammar.pushdown import compile_ebnf
+
+        return compile_ebnf(grammar, tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id)
+
+    @classmethod
+    def from_choices(
+        cls,
+        choices: Iterable[str],
+        tokenizer: Any,
+        vocab_size: int | None = None,
+        *,
+        eos_token_id: int | Sequence[int] | None = None,
+    ) -> Grammar:
+        """Compile a finite language: the text must equal one of ``choices``.
+
+        Raises:
+            EmptyLanguageError: ``choices`` is empty (or no choice can be spelled).
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_choices(["ok", "error"], load_default_tokenizer())
+            >>> g.token_trie().num_sequences >= 2
+            True
+        """
+        from hf_fvo.grammar.compile import compile_grammar
+        from hf_fvo.grammar.sources import choices_source
+
+        return compile_grammar(
+            choices_source(choices), tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id
+        )
+
+    @classmethod
+    def dyck(
+        cls,
+        depth: int,
+        max_length: int,
+        tokenizer: Any,
+        brackets: str = "()",
+        vocab_size: int | None = None,
+        *,
+        eos_token_id: int | Sequence[int] | None = None,
+    ) -> Grammar:
+        """Bounded Dyck D_{d,L}: balanced brackets, nesting depth ≤ d, at most L characters.
+
+        The empty string is a member (D_{3,16} has 988 members with one bracket pair).
+
+        Args:
+            depth: Maximum nesting depth d ≥ 0.
+            max_length: Maximum number of characters L ≥ 0.
+            brackets: Opening/closing pairs, e.g. ``"()"`` or ``"()[]"``.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tokenizer = load_default_tokenizer()
+            >>> g = Grammar.dyck(3, 16, tokenizer)
+            >>> g.is_accepting(g.walk(tokenizer.encode("(()())")))
+            True
+        """
+        from hf_fvo.grammar.automaton import check_count
+        from hf_fvo.grammar.compile import compile_grammar
+        from hf_fvo.grammar.sources import dyck_source
+
+        return compile_grammar(
+            dyck_source(depth, brackets),
+            tokenizer,
+            vocab_size=vocab_size,
+            max_length=check_count("max_length", max_length),
+            eos_token_id=eos_token_id,
+        )
+
+    @classmethod
+    def from_transitions(
+        cls,
+        transitions: Any,
+        accepting: Iterable[int],
+        *,
+        vocab_size: int,
+        eos_token_id: int | Sequence[int],
+        initial_state: int = 0,
+        source: str = "token automaton",
+    ) -> Grammar:
+        """An automaton over token ids given as ``{state: {token_id: next_state}}``; see
+        :func:`hf_fvo.grammar.token_dfa.from_transitions`.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> g = Grammar.from_transitions({0: {0: 1}, 1: {}}, [1], vocab_size=2,
+            ...                              eos_token_id=1)
+            >>> g.walk([0]) is not None and g.is_accepting(g.walk([0]))
+            True
+        """
+        from hf_fvo.grammar.token_dfa import from_transitions
+
+        return from_transitions(
+            transitions, accepting, vocab_size=vocab_size, eos_token_id=eos_token_id,
+            initial_state=initial_state, source=source,
+        )  # fmt: skip
+
+    @classmethod
+    def budget(
+        cls, n: int, k: int, *, zero: int, one: int, eos_token_id: int, vocab_size: int
+    ) -> Grammar:
+        """The budget language L_{n,K} = {x ∈ {0,1}^n : Σx ≤ K} over two token ids; see
+        :func:`hf_fvo.grammar.token_dfa.budget_language`.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> Grammar.budget(20, 10, zero=0, one=1, eos_token_id=2, vocab_size=3).num_states
+            177
+        """
+        from hf_fvo.grammar.token_dfa import budget_language
+
+        return budget_language(
+            n, k, zero=zero, one=one, eos_token_id=eos_token_id, vocab_size=vocab_size
+        )
+
+    # -- the interface ------------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def vocab_size(self) -> int:
+        """Length of every mask returned by :meth:`allowed`."""
+
+    @property
+    @abstractmethod
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """All end-of-sequence token ids."""
+
+    @property
+    @abstractmethod
+    def source(self) -> str:
+        """A short description of what was compiled."""
+
+    @property
+    @abstractmethod
+    def initial_state(self) -> State:
+        """The state before any token."""
+
+    @property
+    @abstractmethod
+    def terminal_state(self) -> State:
+        """The absorbing state after EOS; only EOS is allowed there (EOS stays legal)."""
+
+    @property
+    @abstractmethod
+    def is_finite(self) -> bool | None:
+        """Whether the language has finitely many token sequences (``None``: not known)."""
+
+    @property
+    @abstractmethod
+    def tokenizer_fingerprint(self) -> str:
+        """Digest of the token bytes this grammar was compiled for."""
+
+    @abstractmethod
+    def allowed(self, state: State) -> torch.Tensor:
+        """The admissible set A_t as a ``torch.bool`` mask of length :attr:`vocab_size`; EOS is
+        ``True`` exactly at accepting states."""
+
+    @abstractmethod
+    def next_state(self, state: State, token: int) -> State | None:
+        """The state after ``token``, or ``None`` when the token is not allowed at ``state``."""
+
+    @abstractmethod
+    def is_accepting(self, state: State) -> bool:
+        """True where the text so far is a complete member of the language."""
+
+    @abstractmethod
+    def min_tokens_to_accept(self, state: State) -> int:
+        """A lower bound on the tokens (EOS not counted) from ``state`` to acceptance: exact on
+        automata; 0 or 1 on pushdown grammars (0 exactly at accepting states)."""
+
+    @abstractmethod
+    def admissible(self, state: State, remaining: int | None) -> torch.Tensor:
+        """A_t restricted to candidates whose completion fits in ``remaining`` tokens (EOS
+        counted; ``None``: unbounded). Exact on automata; pushdown grammars look one token ahead
+        (the last position admits only EOS), since their shortest completions are not counted."""
+
+    # -- derived ------------------------------------------------------------------------------
+
+    @property
+    def eos_token_id(self) -> int:
+        """The (first) end-of-sequence token id."""
+        return self.eos_token_ids[0]
+
+    def walk(self, token_ids: Iterable[int], state: State | None = None) -> State | None:
+        """The state after consuming ``token_ids`` from ``state`` (default: initial), or None.
+
+        Raises:
+            GrammarError: ``token_ids`` is not a sequence of ints.
+        """
+        if isinstance(token_ids, (str, bytes)):
+            raise GrammarError("walk takes token ids (ints), not text; encode it first")
+        s: State | None = self.initial_state if state is None else state
+        for t in token_ids:
+            s = self.next_state(s, _token_id(t))
+            if s is None:
+                return None
+        return s
+
+    def can_accept_within(self, state: State, n: int) -> bool:
+        """Whether acceptance may be reachable within ``n`` more tokens (EOS not counted);
+        exact on automata, a necessary condition on pushdown grammars."""
+        return self.min_tokens_to_accept(state) <= n
+
+    def max_tokens_to_accept(self, state: State) -> int | None:
+        """Most tokens (EOS not counted) on a path from ``state`` to acceptance; ``None`` when
+        unbounded or unknown."""
+        return None
+
+    def matcher(self, state: State | None = None) -> GrammarMatcher:
+        """A per-sequence matcher starting at ``state`` (default: initial).
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> m = Grammar.from_choices(["yes", "no"], tok).matcher()
+            >>> m.consume(tok.convert_tokens_to_ids("no")), m.is_accepting()
+            (True, True)
+        """
+        return GrammarMatcher(self, state)
+
+    def token_trie(
+        self,
+        max_new_tokens: int | None = None,
+        *,
+        state: State | None = None,
+        max_nodes: int = 1_000_000,
+    ) -> TokenTrie:
+        """Enumerate every token sequence from ``state`` to EOS as a trie (token automata only).
+
+        Raises:
+            GrammarError: this grammar is not a token automaton.
+        """
+        raise GrammarError(
+            f"token tries are built on token automata; {self.source} is a {self.backend} "
+            "grammar (compile it with backend='automaton' if its language is regular)"
+        )
+
+    def check_tokenizer(self, tokenizer: Any) -> None:
+        """Raise :class:`~hf_fvo.grammar.TokenizerError` unless ``tokenizer`` spells every token
+        as this grammar was compiled for.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> Grammar.from_choices(["a"], tok).check_tokenizer(tok)
+        """
+        from hf_fvo.grammar.errors import TokenizerError
+        from hf_fvo.grammar.vocabulary import TokenVocabulary
+
+        vocab = (
+            tokenizer
+            if isinstance(tokenizer, TokenVocabulary)
+            else TokenVocabulary.from_tokenizer(tokenizer, self.eos_token_ids)
+        )
+        if vocab.fingerprint != self.tokenizer_fingerprint:
+            raise TokenizerError(
+                f"{self.source} was compiled for another tokenizer (its token bytes differ); "
+                "compile the grammar with this model's tokenizer"
+            )
+
+
+def _token_id(token: Any) -> int:
+    if isinstance(token, bool) or not isinstance(token, int):
+        try:
+            import numpy as np
+
+            if isinstance(token, np.integer):
+                return int(token)
+        except ImportError:  # pragma: no cover
+            pass
+        if isinstance(token, torch.Tensor) and token.numel() == 1 and not token.is_floating_point():
+            return int(token)
+        raise GrammarError(f"a token id must be an int, got {token!r}")
+    return token
+
+
+class GrammarMatcher:
+    """One sequence's position in a compiled grammar: consume tokens, roll back, read A_t.
+
+    The grammar is shared and never changes; the matcher holds the states along the sequence,
+    so rolling back is free. This is the per-sequence half of the compile/match split.
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tok = load_default_tokenizer()
+        >>> m = Grammar.from_regex("[0-9]+", tok).matcher()
+        >>> [m.consume(t) for t in tok.encode("12a")]
+        [True, True, False]
+        >>> tok.decode(m.tokens), m.is_accepting()
+        ('12', True)
+        >>> m.rollback(1); tok.decode(m.tokens)
+        '1'
+    """
+
+    def __init__(self, grammar: Grammar, state: State | None = None) -> None:
+        self.grammar = grammar
+        self._states: list[State] = [grammar.initial_state if state is None else state]
+        self._tokens: list[int] = []
+
+    @property
+    def state(self) -> State:
+        """The current grammar state."""
+        return self._states[-1]
+
+    @property
+    def tokens(self) -> tuple[int, ...]:
+        """Tokens consumed so far."""
+        return tuple(self._tokens)
+
+    def consume(self, token: int) -> bool:
+        """Advance by ``token`` if it is allowed; return whether it was (nothing changes if not)."""
+        nxt = self.grammar.next_state(self.state, _token_id(token))
+        if nxt is None:
+            return False
+        self._states.append(nxt)
+        self._tokens.append(int(token))
+        return True
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last ``n`` consumed tokens."""
+        if not 0 <= n <= len(self._tokens):
+            raise GrammarError(f"cannot roll back {n} of {len(self._tokens)} consumed tokens")
+        if n:
+            del self._states[-n:]
+            del self._tokens[-n:]
+
+    def allowed(self) -> torch.Tensor:
+        """The admissible set at the current position (see :meth:`Grammar.allowed`)."""
+        return self.grammar.allowed(self.state)
+
+    def is_accepting(self) -> bool:
+        """Whether the consumed text is a complete member."""
+        return self.grammar.is_accepting(self.state)
+
+    def is_terminated(self) -> bool:
+        """Whether EOS has been consumed."""
+        return self.state == self.grammar.terminal_state
+
+    def fork(self) -> GrammarMatcher:
+        """An independent matcher at the same position (states are shared, never mutated)."""
+        other = GrammarMatcher(self.grammar)
+        other._states = list(self._states)
+        other._tokens = list(self._tokens)
+        return other

@@ -1,0 +1,541 @@
+"""JSON Schema as the spec defines it, prepared for a grammar engine: exact or refused.
+
+:func:`prepare_json_schema` turns a user's schema (draft-04 through 2020-12) into an equivalent
+schema that uses only the keywords the pushdown engine (llguidance) enforces exactly:
+
+- annotations and unknown keywords (``title``, ``x-…``, vendor names, misspellings) are dropped,
+  as the spec says; so are ``format`` values the spec does not define (``int32``, ``color``);
+- every ``$ref`` is resolved inside the document (JSON pointers, anchors, ``$id``) and its target
+  hoisted under ``$defs``; a reference that leaves the document is refused;
+- draft-specific forms are rewritten to 2020-12 (``items`` arrays, boolean ``exclusiveMinimum``,
+  ``$ref`` overriding its siblings before 2019-09);
+- ``format`` becomes an exact ``pattern`` on the decoded string (:mod:`hf_fvo.grammar.formats`);
+- ``not``, ``if``/``then``/``else``, ``dependencies``/``dependentRequired``/``dependentSchemas``,
+  overlapping ``oneOf`` branches and ``propertyNames`` are rewritten into ``anyOf``/``allOf`` of
+  schemas the engine enforces, through an exact negation (:mod:`hf_fvo.grammar.schema_logic`);
+- in ``strict`` mode (the default, the convention of Outlines and XGrammar) an object whose
+  schema lists properties admits no other keys.
+
+Whatever cannot be rewritten exactly is refused with :class:`UnsupportedSchemaError` naming the
+keyword and its JSON pointer; nothing is dropped or approximated silently.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urldefrag, urljoin
+
+from hf_fvo.grammar.errors import UnsupportedSchemaError
+from hf_fvo.grammar.formats import FORMATS, REFUSED_FORMATS, format_schema
+
+__all__ = ["PreparedSchema", "load_json_schema", "prepare_json_schema"]
+
+MAX_DEPTH = 256
+_TYPES = ("null", "boolean", "object", "array", "number", "integer", "string")
+_ANNOTATIONS = {
+    "title", "description", "default", "examples", "example", "$comment", "deprecated",
+    "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema",
+    "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$recursiveAnchor", "$vocabulary",
+    "x-guidance", "discriminator", "nullable",
+}  # fmt: skip
+_NUMBERS = ("multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum")
+_COUNTS = ("maxLength", "minLength", "maxItems", "minItems", "maxProperties", "minProperties")
+_SCHEMA_MAPS = ("properties", "patternProperties", "dependentSchemas")
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
+_SCHEMA_VALUES = (
+    "additionalProperties", "propertyNames", "not", "if", "then", "else", "contains",
+)  # fmt: skip
+_LOOKAROUND = re.compile(r"\(\?<?[=!]")
+_BACKREFERENCE = re.compile(r"\\[1-9]|\\k<")
+_ROOT_URI = "https://hf-fvo.invalid/schema.json"  # a base for documents without $id
+_DRAFTS_REF_OVERRIDES = ("draft-03", "draft-04", "draft-06", "draft-07")
+_FORMAT = "\x00format"  # where a keyword handler leaves an enforced format for the node
+
+
+@dataclass(frozen=True)
+class PreparedSchema:
+    """A schema the engine enforces exactly, and what was dropped because it constrains nothing.
+
+    ``ignored`` lists ``(JSON pointer, keyword)`` for ``format`` values the spec does not define
+    (the spec makes them annotations); unknown keywords are not listed.
+    """
+
+    schema: Any
+    ignored: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The prepared schema as compact JSON (the compile cache key)."""
+        return json.dumps(self.schema, separators=(",", ":"), sort_keys=False)
+
+
+def load_json_schema(schema: Any) -> Any:
+    """The schema as a JSON value: accepts a dict, a JSON string or bytes, a Pydantic model
+    class (or any type Pydantic can describe), or an ``outlines.types.JsonSchema``.
+
+    Raises:
+        UnsupportedSchemaError: the input is not valid JSON or not a schema.
+
+    Example:
+        >>> from hf_fvo.grammar.json_schema import load_json_schema
+        >>> load_json_schema('{"type": "integer"}')
+        {'type': 'integer'}
+    """
+    outlines_schema = getattr(schema, "schema", None)
+    if type(schema).__name__ == "JsonSchema" and isinstance(outlines_schema, (str, dict)):
+        schema = outlines_schema  # outlines.types.JsonSchema
+    if isinstance(schema, type):
+        if hasattr(schema, "model_json_schema"):
+            return schema.model_json_schema()
+        try:
+            from pydantic import TypeAdapter
+
+            return TypeAdapter(schema).json_schema()
+        except Exception as exc:  # not a type Pydantic can describe
+            raise UnsupportedSchemaError(
+                f"{schema.__name__} is not a JSON schema, a Pydantic model or a type Pydantic "
+                f"can describe ({exc})"
+            ) from exc
+    if isinstance(schema, (str, bytes, bytearray)):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as exc:
+            raise UnsupportedSchemaError(f"the schema is not valid JSON: {exc}") from exc
+    if not isinstance(schema, (dict, bool)):
+        raise UnsupportedSchemaError(
+            "a JSON schema must be a dict, a JSON string, a boolean or a Pydantic model class, "
+            f"got {type(schema).__name__}"
+        )
+    return schema
+
+
+def prepare_json_schema(schema: Any, *, strict: bool = True) -> PreparedSchema:
+    """Rewrite ``schema`` into an exactly equivalent schema the pushdown engine enforces.
+
+    Args:
+        schema: Anything :func:`load_json_schema` accepts.
+        strict: An object schema that lists ``properties`` (or ``patternProperties``) and does
+            not say ``additionalProperties`` admits no other keys (Outlines' and XGrammar's
+            convention). ``False`` keeps the spec's language, where it admits any extra key.
+
+    Raises:
+        UnsupportedSchemaError: an assertion that cannot be enforced exactly, naming the
+            keyword and its JSON pointer; or a malformed schema.
+
+    Example:
+        >>> from hf_fvo.grammar.json_schema import prepare_json_schema
+        >>> prepared = prepare_json_schema({"type": "object", "title": "T",
+        ...                                 "properties": {"a": {"type": "integer"}}})
+        >>> prepared.schema
+        {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'additionalProperties': False}
+    """
+    from hf_fvo.grammar.schema_logic import apply_strict, rewrite_logic
+
+    raw = load_json_schema(schema)
+    cleaner = _Cleaner(raw)
+    root = cleaner.run()
+    if strict:
+        root = apply_strict(root)
+    root = rewrite_logic(root)
+    return PreparedSchema(root, tuple(cleaner.ignored))
+
+
+# -- cleaning --------------------------------------------------------------------------------
+
+
+def _pointer(path: str, key: str | int) -> str:
+    text = str(key).replace("~", "~0").replace("/", "~1")
+    return f"{path}/{text}"
+
+
+class _Cleaner:
+    """Copies the schema keeping only understood keywords; resolves and hoists every $ref."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.ignored: list[tuple[str, str]] = []
+        self.draft = _draft_of(raw)
+        self.resources: dict[str, Any] = {}  # absolute base URI → raw node
+        self.anchors: dict[str, Any] = {}  # absolute URI with #anchor → raw node
+        self._index(raw, _ROOT_URI, "#", 0)
+        self.hoisted: dict[str, str] = {}  # absolute target URI → $defs name
+        self.defs: dict[str, Any] = {}
+
+    def run(self) -> Any:
+        root = self.schema(self.raw, "#", _ROOT_URI, 0)
+        if self.defs:
+            if root is True:
+                root = {}
+            if root is False:
+                return False
+            root = {**root, "$defs": {**root.get("$defs", {}), **self.defs}}
+        return root
+
+    # index of $id resources and anchors, for reference resolution
+    def _index(self, node: Any, base: str, path: str, depth: int) -> None:
+        if depth > MAX_DEPTH or not isinstance(node, dict):
+            return
+        ident = node.get("$id")
+        if not isinstance(ident, str) and self.draft in ("draft-03", "draft-04"):
+            ident = node.get("id")
+        if isinstance(ident, str):
+            base = urljoin(base, ident)
+            bare, fragment = urldefrag(base)
+            self.resources.setdefault(bare, node)
+            if fragment and not fragment.startswith("/"):
+                self.anchors.setdefault(base, node)  # draft-04/06 "id": "#name"
+            base = bare
+        anchor = node.get("$anchor")
+        if isinstance(anchor, str):
+            self.anchors.setdefault(f"{base}#{anchor}", node)
+        for key, value in node.items():
+            if key in ("enum", "const", "default", "examples", "example"):
+                continue
+            if isinstance(value, dict) and key in (*_SCHEMA_MAPS, "$defs", "definitions",
+                                                   "dependencies"):  # fmt: skip
+                for name, sub in value.items():
+                    self._index(sub, base, _pointer(_pointer(path, key), name), depth + 1)
+            elif isinstance(value, dict):
+                self._index(value, base, _pointer(path, key), depth + 1)
+            elif isinstance(value, list):
+                for i, sub in enumerate(value):
+                    self._index(sub, base, _pointer(_pointer(path, key), i), depth + 1)
+
+    def resolve(self, ref: str, base: str, path: str) -> tuple[str, Any, str]:
+        """(absolute URI, raw target, base URI of the target) of a $ref."""
+        # fragment-only references stay in the current resource (urljoin knows no "urn:")
+        target = urldefrag(base)[0] + ref if ref.startswith("#") else urljoin(base, ref)
+        bare, fragment = urldefrag(target)
+        doc = self.resources.get(bare)
+        if doc is None and bare == _ROOT_URI:
+            doc = self.raw
+        if doc is None:
+            raise UnsupportedSchemaError(
+                f"{path}: $ref {ref!r} points outside this schema; hf_fvo resolves references "
+                "inside the document only (no network): inline the referenced schema"
+            )
+        if not fragment:
+            return bare, doc, bare
+        if not fragment.startswith("/"):
+            node = self.anchors.get(f"{bare}#{fragment}")
+            if node is None:
+                raise UnsupportedSchemaError(f"{path}: $ref {ref!r}: no anchor {fragment!r}")
+            return f"{bare}#{fragment}", node, bare
+        node = doc
+        node_base = bare
+        for part in fragment.split("/")[1:]:
+            key = unquote(part).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, list) and key.isdigit() and int(key) < len(node):
+                node = node[int(key)]
+            elif isinstance(node, dict) and key in node:
+                node = node[key]
+                ident = node.get("$id") if isinstance(node, dict) else None
+                if isinstance(ident, str):
+                    node_base = urldefrag(urljoin(node_base, ident))[0]
+            else:
+                raise UnsupportedSchemaError(f"{path}: $ref {ref!r} points to nothing")
+        return f"{bare}#{fragment}", node, node_base
+
+    def ref(self, ref: Any, base: str, path: str, depth: int) -> str:
+        if not isinstance(ref, str):
+            raise UnsupportedSchemaError(f"{path}: $ref must be a string, got {ref!r}")
+        uri, target, target_base = self.resolve(ref, base, path)
+        name = self.hoisted.get(uri)
+        if name is None:
+            name = f"hf_fvo_ref{len(self.hoisted)}"
+            self.hoisted[uri] = name
+            self.defs[name] = True  # placeholder while the target is cleaned (recursion)
+            self.defs[name] = self.schema(target, f"{path}/$ref", target_base, depth + 1)
+        return f"#/$defs/{name}"
+
+    def schema(self, node: Any, path: str, base: str, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise UnsupportedSchemaError(f"{path}: the schema nests deeper than {MAX_DEPTH} levels")
+        if isinstance(node, bool):
+            return node
+        if not isinstance(node, dict):
+            raise UnsupportedSchemaError(f"{path}: a schema must be an object or a boolean, got "
+                                         f"{_short(node)}")  # fmt: skip
+        ident = node.get("$id")
+        if not isinstance(ident, str) and self.draft in ("draft-03", "draft-04"):
+            ident = node.get("id")
+        if isinstance(ident, str):
+            base = urldefrag(urljoin(base, ident))[0]
+        if "$ref" in node and self.draft in _DRAFTS_REF_OVERRIDES:
+            # before 2019-09, $ref replaces the whole schema: its siblings are ignored
+            return {"$ref": self.ref(node["$ref"], base, path, depth)}
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            here = _pointer(path, key)
+            if key in _ANNOTATIONS or key in ("$defs", "definitions"):
+                continue  # definitions are reached through the references that use them
+            handler = _HANDLERS.get(key)
+            if handler is None:
+                continue  # an unknown keyword is an annotation (JSON Schema §6.5)
+            handler(self, out, node, key, value, here, base, depth)
+        if _FORMAT in out:
+            return self.with_format(out, out.pop(_FORMAT))
+        return out
+
+    def with_format(self, out: dict[str, Any], name: str) -> dict[str, Any]:
+        """Add format ``name``'s string constraints to the node. A node that says nothing else
+        about strings refers to one shared definition per format, so the engine builds each
+        format's lexeme once however often the schema uses it."""
+        kind = out.get("type")
+        types = None if kind is None else ({kind} if isinstance(kind, str) else set(kind))
+        if types is not None and "string" not in types:
+            return out  # format constrains strings only
+        ref = f"#/$defs/hf_fvo_format_{name}"
+        self.defs.setdefault(f"hf_fvo_format_{name}", {"type": "string", **format_schema(name)})
+        if set(out) <= {"type"}:
+            if types == {"string"}:
+                return {"$ref": ref}
+            rest = [t for t in _TYPES if t != "string" and (types is None or t in types)]
+            if types is None:
+                rest.remove("integer")
+            return {"anyOf": [{"type": rest}, {"$ref": ref}]}
+        # next to other string constraints, the one-regex form keeps emptiness decidable
+        out.setdefault("allOf", []).append(format_schema(name, single_pattern=True))
+        return out
+
+
+def _draft_of(raw: Any) -> str:
+    uri = raw.get("$schema") if isinstance(raw, dict) else None
+    if not isinstance(uri, str):
+        return "2020-12"
+    for draft in ("draft-03", "draft-04", "draft-06", "draft-07", "2019-09", "2020-12"):
+        if draft in uri:
+            return draft
+    return "2020-12"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# Keyword handlers: (cleaner, out, node, key, value, pointer, base, depth) -> None. Each checks
+# its value, and writes its (possibly rewritten) form into ``out``.
+
+
+def _sub(c: _Cleaner, value: Any, path: str, base: str, depth: int) -> Any:
+    return c.schema(value, path, base, depth + 1)
+
+
+def _h_ref(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    out["$ref"] = c.ref(value, base, path.rsplit("/", 1)[0], depth)
+
+
+def _h_type(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(t, str) for t in names):
+        raise UnsupportedSchemaError(f"{path}: type must be a type name or a list of them, got "
+                                     f"{_short(value)}")  # fmt: skip
+    unknown = [t for t in names if t not in _TYPES]
+    if unknown:
+        raise UnsupportedSchemaError(
+            f"{path}: unknown type {unknown[0]!r} (JSON Schema types: {', '.join(_TYPES)})"
+        )
+    out["type"] = value if isinstance(value, str) else list(dict.fromkeys(names))
+
+
+def _h_enum(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if not isinstance(value, list):
+        raise UnsupportedSchemaError(f"{path}: enum must be an array, got {_short(value)}")
+    out["enum"] = copy.deepcopy(value)
+
+
+def _h_const(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    out["const"] = copy.deepcopy(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _h_number(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if key in ("exclusiveMaximum", "exclusiveMinimum") and isinstance(value, bool):
+        # draft-04: a boolean that makes maximum/minimum exclusive
+        bound = node.get("maximum" if key == "exclusiveMaximum" else "minimum")
+        if value and _is_number(bound):
+            out[key] = bound
+        return
+    if key in ("maximum", "minimum"):
+        flag = node.get("exclusiveMaximum" if key == "maximum" else "exclusiveMinimum")
+        if flag is True:
+            return  # written as the exclusive bound above
+    if not _is_number(value):
+        raise UnsupportedSchemaError(f"{path}: {key} must be a number, got {_short(value)}")
+    if key == "multipleOf" and value <= 0:
+        raise UnsupportedSchemaError(f"{path}: multipleOf must be > 0, got {value}")
+    out[key] = value
+
+
+def _h_count(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if not _is_number(value) or value < 0 or value != int(value):
+        raise UnsupportedSchemaError(
+            f"{path}: {key} must be a non-negative integer, got {_short(value)}"
+        )
+    out[key] = int(value)
+
+
+def _check_regex(pattern: Any, path: str, what: str) -> str:
+    if not isinstance(pattern, str):
+        raise UnsupportedSchemaError(f"{path}: {what} must be a string, got {_short(pattern)}")
+    if _LOOKAROUND.search(pattern):
+        raise UnsupportedSchemaError(
+            f"{path}: {what} {pattern!r} uses look-around, which no regular or context-free "
+            "engine enforces; rewrite it without (?=, (?!, (?<= or (?<!"
+        )
+    if _BACKREFERENCE.search(pattern):
+        raise UnsupportedSchemaError(
+            f"{path}: {what} {pattern!r} uses a backreference, which is not regular"
+        )
+    return pattern
+
+
+def _h_pattern(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    out["pattern"] = _check_regex(value, path, "pattern")
+
+
+def _h_format(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if not isinstance(value, str):
+        raise UnsupportedSchemaError(f"{path}: format must be a string, got {_short(value)}")
+    if value in REFUSED_FORMATS:
+        raise UnsupportedSchemaError(
+            f"{path}: format {value!r} cannot be enforced exactly ({REFUSED_FORMATS[value]}); "
+            "remove it or replace it with a pattern"
+        )
+    if value not in FORMATS:
+        c.ignored.append((path, f"format {value!r}"))
+        return
+    out[_FORMAT] = value
+
+
+def _h_items(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if isinstance(value, list):  # draft ≤ 2019-09 tuple form
+        out["prefixItems"] = [
+            _sub(c, s, _pointer(path, i), base, depth) for i, s in enumerate(value)
+        ]
+        if "additionalItems" in node:
+            extra = _pointer(path.rsplit("/", 1)[0], "additionalItems")
+            out["items"] = _sub(c, node["additionalItems"], extra, base, depth)
+        return
+    out["items"] = _sub(c, value, path, base, depth)
+
+
+def _h_schema_list(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if not isinstance(value, list):
+        raise UnsupportedSchemaError(f"{path}: {key} must be an array of schemas")
+    out[key] = [_sub(c, s, _pointer(path, i), base, depth) for i, s in enumerate(value)]
+
+
+def _h_schema_map(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if not isinstance(value, dict):
+        raise UnsupportedSchemaError(f"{path}: {key} must be an object mapping names to schemas, "
+                                     f"got {_short(value)}")  # fmt: skip
+    if key == "patternProperties":
+        for pattern in value:
+            _check_regex(pattern, _pointer(path, pattern), "patternProperties key")
+    out[key] = {name: _sub(c, s, _pointer(path, name), base, depth) for name, s in value.items()}
+
+
+def _h_schema_value(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if key in ("then", "else") and "if" not in node:
+        return  # no effect without "if"
+    out[key] = _sub(c, value, path, base, depth)
+
+
+def _h_required(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        raise UnsupportedSchemaError(
+            f"{path}: required must be an array of property names, got {_short(value)}"
+        )
+    if value:
+        out["required"] = list(dict.fromkeys(value))
+
+
+def _h_dependencies(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if not isinstance(value, dict):
+        raise UnsupportedSchemaError(f"{path}: {key} must be an object, got {_short(value)}")
+    names: dict[str, list[str]] = {}
+    schemas: dict[str, Any] = {}
+    for name, dep in value.items():
+        here = _pointer(path, name)
+        if isinstance(dep, list) and key != "dependentSchemas":
+            if not all(isinstance(n, str) for n in dep):
+                raise UnsupportedSchemaError(f"{here}: dependencies must name properties")
+            names[name] = list(dep)
+        elif key != "dependentRequired":
+            schemas[name] = _sub(c, dep, here, base, depth)
+        else:
+            raise UnsupportedSchemaError(f"{here}: dependentRequired values must be arrays")
+    if names:
+        out["dependentRequired"] = {**out.get("dependentRequired", {}), **names}
+    if schemas:
+        out["dependentSchemas"] = {**out.get("dependentSchemas", {}), **schemas}
+
+
+def _h_unique(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if not isinstance(value, bool):
+        raise UnsupportedSchemaError(f"{path}: uniqueItems must be a boolean")
+    if value:
+        out["uniqueItems"] = True
+
+
+def _h_unevaluated(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if value is True:
+        return
+    raise UnsupportedSchemaError(
+        f"{path}: {key} is not supported (it depends on which keywords evaluated each "
+        "property or item); express the same with additionalProperties/items"
+    )
+
+
+def _h_refuse(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    reasons = {
+        "$dynamicRef": "dynamic references are not resolved",
+        "$recursiveRef": "recursive references are not resolved",
+    }
+    raise UnsupportedSchemaError(f"{path}: {key} is not supported ({reasons[key]})")
+
+
+def _h_contains(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    if key == "contains":
+        out["contains"] = _sub(c, value, path, base, depth)
+    elif "contains" in node:
+        _h_count(c, out, node, key, value, path, base, depth)
+
+
+_HANDLERS = {
+    "$ref": _h_ref,
+    "type": _h_type,
+    "enum": _h_enum,
+    "const": _h_const,
+    **{k: _h_number for k in _NUMBERS},
+    **{k: _h_count for k in _COUNTS},
+    "pattern": _h_pattern,
+    "format": _h_format,
+    "items": _h_items,
+    "additionalItems": lambda *a: None,  # read by "items" (only meaningful next to an array)
+    **{k: _h_schema_list for k in _SCHEMA_LISTS},
+    **{k: _h_schema_map for k in ("properties", "patternProperties")},
+    **{k: _h_schema_value for k in _SCHEMA_VALUES},
+    "required": _h_required,
+    "dependencies": _h_dependencies,
+    "dependentRequired": _h_dependencies,
+    "dependentSchemas": _h_dependencies,
+    "uniqueItems": _h_unique,
+    "unevaluatedProperties": _h_unevaluated,
+    "unevaluatedItems": _h_unevaluated,
+    "$dynamicRef": _h_refuse,
+    "$recursiveRef": _h_refuse,
+    "contains": _h_contains,
+    "minContains": _h_contains,
+    "maxContains": _h_contains,
+}

@@ -1,0 +1,276 @@
+"""JSON Schema as the spec defines it: every assertion enforced exactly, or refused by name.
+
+Each case states a schema, texts it must accept and texts it must reject; the regressions named
+in the real-world report (allOf concatenated, patterns matched against escaped text, formats that
+admitted Arabic-Indic digits or rejected valid offsets) are among them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hf_fvo import Grammar
+from hf_fvo.grammar import EmptyLanguageError, UnsupportedSchemaError
+
+CASES = {
+    "allOf intersects": (
+        {"allOf": [{"type": "boolean"}, {"type": "boolean"}]},
+        ["true", "false"], ["truefalse", "truetrue"],
+    ),
+    "allOf merges objects": (
+        {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                   {"properties": {"a": {"minimum": 2}}}]},
+        ['{"a":2}'], ['{"a":1}', "{}"],
+    ),
+    "pattern on the decoded string": (
+        {"type": "object", "properties": {"t": {"type": "string", "pattern": "^a.c$"}}},
+        ['{"t":"abc"}', '{"t":"a\\"c"}'], ['{"t":"a"c"}', '{"t":"a\\nc"}', '{"t":"ac"}'],
+    ),
+    "pattern counts characters": (
+        {"type": "object", "properties": {"t": {"type": "string", "pattern": "^[^ ]{2}$"}}},
+        ['{"t":"ab"}', '{"t":"\\"x"}'], ['{"t":"\\""}', '{"t":"a b"}'],
+    ),
+    "date": (
+        {"type": "string", "format": "date"},
+        ['"2024-02-29"', '"1963-06-19"'],
+        ['"٢٠٢٤-01-01"', '"2023-02-29"', '"2024-04-31"', '"2024-1-01"'],
+    ),
+    "date-time": (
+        {"type": "string", "format": "date-time"},
+        ['"2024-01-01T00:00:00+02:00"', '"1998-12-31T23:59:60Z"', '"1963-06-19t08:30:06.28z"'],
+        ['"-123456-01-01T00:00:00Z"', '"2024-01-01T00:00:00"', '"1998-12-31T22:59:60Z"'],
+    ),
+    "time": (
+        {"type": "string", "format": "time"},
+        ['"12:00:00.5Z"', '"23:59:60Z"', '"01:29:60+01:30"', '"15:59:60-08:00"'],
+        ['"12:00:00\\\\q5"', '"12:00:00"', '"22:59:60Z"', '"24:00:00Z"'],
+    ),
+    "email": (
+        {"type": "string", "format": "email"},
+        ['"joe.bloggs@example.com"', '"\\"joe bloggs\\"@example.com"', '"a@[127.0.0.1]"'],
+        ['"\\"\\"x\\"@b.co"', '".a@b.co"', '"a..b@c.co"', '"plain"'],
+    ),
+    "uri": (
+        {"type": "string", "format": "uri"},
+        ['"https://a.com/x?y=1#z"', '"urn:isbn:0451450523"'],
+        ['"https://a.com/x\\"y"', '"//a.com"', '"a b:c"'],
+    ),
+    "ipv4/ipv6/uuid/hostname": (
+        {"type": "array", "prefixItems": [{"format": "ipv4"}, {"format": "ipv6"},
+                                          {"format": "uuid"}, {"format": "hostname"}]},
+        ['["1.2.3.4","::ffff:1.2.3.4","2EB8AA08-AA98-11EA-B4AA-73B441D16380","a-b.c"]'],
+        ['["01.2.3.4","::1","2EB8AA08-AA98-11EA-B4AA-73B441D16380","a"]',
+         '["1.2.3.4","1::2::3","2EB8AA08-AA98-11EA-B4AA-73B441D16380","a"]',
+         '["1.2.3.4","::1","2EB8AA08AA9811EAB4AA73B441D16380","a"]',
+         '["1.2.3.4","::1","2EB8AA08-AA98-11EA-B4AA-73B441D16380","-a"]'],
+    ),
+    "integer and number ranges": (
+        {"type": "array", "prefixItems": [{"type": "integer", "minimum": 1, "maximum": 12},
+                                          {"type": "number", "exclusiveMinimum": 0}]},
+        ["[1,0.5]", "[12,3]"], ["[0,1]", "[13,1]", "[1,0]", "[1,-0.5]"],
+    ),
+    "multipleOf": (
+        {"type": "array", "items": {"type": "integer", "multipleOf": 3}},
+        ["[3,-6,0]"], ["[4]", "[1]"],
+    ),
+    "required names absent from properties": (
+        {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a", "b"]},
+        ['{"a":1,"b":"x"}'], ['{"a":1}'],
+    ),
+    "additionalProperties as a schema": (
+        {"type": "object", "properties": {"a": {"type": "integer"}},
+         "additionalProperties": {"type": "boolean"}},
+        ['{"a":1,"zz":true}', '{"q":false}'], ['{"a":1,"zz":1}'],
+    ),
+    "patternProperties": (
+        {"type": "object", "patternProperties": {"^x-": {"type": "integer"}},
+         "additionalProperties": False},
+        ['{"x-a":1}', "{}"], ['{"x-a":"s"}', '{"y":1}'],
+    ),
+    "propertyNames": (
+        {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"},
+         "additionalProperties": {"type": "integer"}},
+        ['{"ab":1}'], ['{"A":1}', '{"a1":1}'],
+    ),
+    "min/maxProperties over optional keys": (
+        {"type": "object", "properties": {"a": {}, "b": {}, "c": {}},
+         "minProperties": 1, "maxProperties": 2, "additionalProperties": False},
+        ['{"a":1}', '{"b":1,"c":2}'], ["{}", '{"a":1,"b":2,"c":3}'],
+    ),
+    "oneOf is exclusive": (
+        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+         "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+        ['{"a":1}', '{"b":1}'], ['{"a":1,"b":2}', "{}"],
+    ),
+    "oneOf of disjoint types is anyOf": (
+        {"oneOf": [{"type": "string"}, {"type": "null"}]}, ['"x"', "null"], ["1"],
+    ),
+    "not": (
+        {"type": "object", "properties": {"s": {"enum": ["ok", "error"]}, "t": {}},
+         "not": {"required": ["s", "t"]}},
+        ['{"s":"ok"}', '{"t":1}'], ['{"s":"ok","t":1}'],
+    ),
+    "not enum": (
+        {"type": "string", "not": {"enum": ["a", "ab"]}}, ['""', '"b"', '"abc"'], ['"a"', '"ab"'],
+    ),
+    "if/then/else": (
+        {"type": "object", "properties": {"kind": {"enum": ["a", "b"]}, "n": {}},
+         "required": ["kind"], "if": {"properties": {"kind": {"const": "a"}}},
+         "then": {"required": ["n"]}, "else": {"properties": {"n": False}}},
+        ['{"kind":"a","n":1}', '{"kind":"b"}'], ['{"kind":"a"}', '{"kind":"b","n":1}'],
+    ),
+    "dependencies": (
+        {"type": "object", "properties": {"a": {}, "b": {}}, "dependencies": {"a": ["b"]}},
+        ['{"b":1}', '{"a":1,"b":2}', "{}"], ['{"a":1}'],
+    ),
+    "const and enum of any value": (
+        {"type": "array", "prefixItems": [{"const": {"k": [1, None]}}, {"enum": [[1], "x", None]}],
+         "items": False, "minItems": 2},
+        ['[{"k":[1,null]},[1]]', '[{"k":[1,null]},null]'],
+        ['[{"k":[1]},[1]]', '[{"k":[1,null]},2]'],
+    ),
+    "type arrays and null": (
+        {"type": ["integer", "null"]}, ["null", "-3"], ["1.5", '"1"'],
+    ),
+    "recursive $ref": (
+        {"$defs": {"node": {"type": "object", "properties": {
+            "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+         "$ref": "#/$defs/node"},
+        ['{"kids":[{"kids":[{}]},{}]}'], ['{"kids":[1]}'],
+    ),
+    "draft-04 forms": (
+        {"$schema": "http://json-schema.org/draft-04/schema#", "type": "array",
+         "items": [{"type": "integer", "minimum": 0, "exclusiveMinimum": True}],
+         "additionalItems": False},
+        ["[1]", "[]"], ["[0]", "[1,2]"],
+    ),
+    "annotations and unknown keywords are ignored": (
+        {"type": "object", "title": "T", "x-kubernetes-patch-strategy": "merge", "$async": True,
+         "properties": {"a": {"type": "string", "_format": "date", "deprecationMessage": "no",
+                              "format": "int32", "javaType": "X"}},
+         "additonalProperties": False, "self": {"href": "x"}},
+        ['{"a":"anything"}'], ['{"a":1}'],
+    ),
+}  # fmt: skip
+
+
+def accepts(grammar: Grammar, tokenizer, text: str) -> bool:
+    state = grammar.walk(tokenizer.encode(text))
+    return state is not None and grammar.is_accepting(state)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_schema_language(smol_tokenizer, name):
+    schema, members, outsiders = CASES[name]
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    for text in members:
+        assert json.loads(text) is not None or text == "null"
+        assert accepts(g, smol_tokenizer, text), f"{name}: rejects member {text}"
+    for text in outsiders:
+        assert not accepts(g, smol_tokenizer, text), f"{name}: accepts outsider {text}"
+
+
+def test_strict_objects_and_the_spec_language(smol_tokenizer):
+    tok = smol_tokenizer
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    strict = Grammar.from_json_schema(schema, tok, whitespace="")
+    spec = Grammar.from_json_schema(schema, tok, whitespace="", strict=False)
+    assert accepts(strict, tok, '{"a":1}') and accepts(spec, tok, '{"a":1}')
+    assert not accepts(strict, tok, '{"a":1,"b":2}') and accepts(spec, tok, '{"a":1,"b":2}')
+    # strict closes each object alternative with the names its conjunctive parts declare
+    inherited = {"allOf": [{"properties": {"a": {"type": "integer"}}},
+                           {"properties": {"b": {"type": "string"}}}]}  # fmt: skip
+    g = Grammar.from_json_schema(inherited, tok, whitespace="")
+    assert accepts(g, tok, '{"a":1,"b":"x"}') and not accepts(g, tok, '{"a":1,"c":2}')
+    union = {"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
+    g = Grammar.from_json_schema(union, tok, whitespace="")
+    assert accepts(g, tok, '{"a":1}') and not accepts(g, tok, '{"a":1,"b":2}')
+
+
+@pytest.mark.parametrize(
+    ("schema", "match"),
+    [
+        ({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+         "#/uniqueItems: uniqueness over infinitely many"),
+        ({"type": "string", "pattern": "^(?!x)"}, "#/pattern: .* look-around"),
+        ({"type": "string", "pattern": "(a)\\1"}, "backreference"),
+        ({"$ref": "https://example.com/s.json"}, "points outside this schema"),
+        ({"type": "array", "contains": {"type": "integer"}}, "#/contains"),
+        ({"type": "string", "format": "regex"}, "#/format: format 'regex' cannot be enforced"),
+        ({"type": "object", "unevaluatedProperties": False}, "unevaluatedProperties"),
+        ({"type": "string", "not": {"pattern": "a"}}, "#/not: its complement"),
+        ({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]},
+         "#/oneOf: branches 0 and 1 may both match"),
+        ({"type": "object", "required": "a"}, "#/required: required must be an array"),
+        ({"type": "object", "properties": [1]}, "#/properties: properties must be an object"),
+        ({"type": "foo"}, "#/type: unknown type 'foo'"),
+        ({"type": "string", "format": ["date"]}, "#/format: format must be a string"),
+        ("{not json", "not valid JSON"),
+        ([1, 2], "must be a dict"),
+    ],
+)  # fmt: skip
+def test_unenforceable_or_malformed_schemas_are_refused_by_name(smol_tokenizer, schema, match):
+    with pytest.raises(UnsupportedSchemaError, match=match):
+        Grammar.from_json_schema(schema, smol_tokenizer)
+
+
+def test_a_deep_schema_is_refused_not_a_recursion_error(smol_tokenizer):
+    schema: dict = {"type": "integer"}
+    for _ in range(600):
+        schema = {"type": "array", "items": schema}
+    with pytest.raises(UnsupportedSchemaError, match="deeper than"):
+        Grammar.from_json_schema(schema, smol_tokenizer)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [{"enum": []}, {"anyOf": []}, False,
+     {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"],
+      "oneOf": [{"required": ["a"]}, {"properties": {"a": {"minimum": 0}}}],
+      "not": {"properties": {"a": {"maximum": -1}}}}],
+)  # fmt: skip
+def test_empty_languages_are_typed(smol_tokenizer, schema):
+    with pytest.raises(EmptyLanguageError):
+        Grammar.from_json_schema(schema, smol_tokenizer)
+
+
+def test_unknown_formats_are_annotations_and_are_reported(smol_tokenizer):
+    g = Grammar.from_json_schema({"type": "string", "format": "int32"}, smol_tokenizer)
+    assert g.notes == ("#/format: format 'int32' is not a JSON Schema format; ignored",)
+    assert accepts(g, smol_tokenizer, '"x"')
+
+
+def test_schema_inputs_dict_string_pydantic_and_outlines_agree(smol_tokenizer):
+    from typing import Literal
+
+    from outlines.types import JsonSchema
+    from pydantic import BaseModel
+
+    class Reply(BaseModel):
+        status: Literal["ok", "error"]
+        code: int
+
+    as_dict = Reply.model_json_schema()
+    grammars = [
+        Grammar.from_json_schema(spec, smol_tokenizer, whitespace="")
+        for spec in (Reply, as_dict, json.dumps(as_dict), JsonSchema(as_dict))
+    ]
+    assert all(g is grammars[0] for g in grammars)  # one compiled grammar, from the cache
+    assert accepts(grammars[0], smol_tokenizer, '{"status":"ok","code":200}')
+
+
+def test_outlines_regex_and_cfg_types(smol_tokenizer):
+    from outlines.types import CFG, Regex
+
+    g = Grammar.from_regex(Regex("[0-9]{2}"), smol_tokenizer)
+    assert accepts(g, smol_tokenizer, "42") and not accepts(g, smol_tokenizer, "4")
+    h = Grammar.from_lark(CFG('start: "x" start | "y"'), smol_tokenizer)
+    assert accepts(h, smol_tokenizer, "xxy")
+
+
+def test_automaton_backend_refuses_what_it_does_not_lower(smol_tokenizer):
+    with pytest.raises(UnsupportedSchemaError, match="backend='pushdown'"):
+        Grammar.from_json_schema({"type": "string", "pattern": "a"}, smol_tokenizer,
+                                 backend="automaton")  # fmt: skip

@@ -1,0 +1,193 @@
+"""The pushdown backend (llguidance) admits exactly the language, token by token.
+
+Its admissible sets are compared with the token automaton's (which the brute-force oracle checks
+in test_allowed_sets.py) at every state of a breadth-first walk, for regexes and for regular JSON
+schemas lowered by both backends; and with hand-checked context-free languages.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import pytest
+import torch
+
+from hf_fvo import Grammar, TokenVocabulary
+from hf_fvo.grammar import GrammarError, GrammarMatcher, InvalidGrammarError, PushdownGrammar
+from tests.grammar.cases import AC_BUG, CHOICES, EMAIL, NESTED_SCHEMA
+
+BFS_STATES = 120
+
+REGULAR_SCHEMAS = {
+    "nested": NESTED_SCHEMA,
+    "enum_control_chars": {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer"},
+            "b": {"enum": ["x", "y\n", 1.5, None]},
+            "c": {"type": "array", "items": {"type": "boolean"}, "maxItems": 2},
+        },
+        "required": ["b"],
+    },
+    "lengths": {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1, "maxLength": 4},
+            "n": {"type": "number"},
+        },
+        "required": ["name", "n"],
+    },
+    "tuple": {
+        "anyOf": [
+            {"type": "null"},
+            {
+                "type": "array",
+                "prefixItems": [{"const": "k"}, {"type": "integer"}],
+                "items": False,
+                "minItems": 1,
+            },
+        ]
+    },
+}
+
+
+def paired_walk(a: Grammar, b: Grammar, limit: int):
+    """States of ``a`` in breadth-first order (one token per distinct next state) with the state
+    of ``b`` after the same tokens."""
+    queue = deque([(a.initial_state, b.initial_state, ())])
+    seen = {a.initial_state}
+    while queue and len(seen) <= limit:
+        sa, sb, tokens = queue.popleft()
+        yield sa, sb, tokens
+        groups = a.transitions(sa)
+        for k, nxt in enumerate(groups.next_states.tolist()):
+            if nxt not in seen:
+                seen.add(nxt)
+                token = int(groups.token_ids[int(groups.offsets[k])])
+                queue.append((nxt, b.next_state(sb, token), (*tokens, token)))
+
+
+def assert_same_sets(automaton: Grammar, pushdown: Grammar, tokenizer) -> None:
+    """Equal admissible sets along the walk, up to texts holding the automaton's reserved
+    noncharacter (its compiler's sentinel, which only the automaton excludes)."""
+    vocab = TokenVocabulary.from_tokenizer(tokenizer)
+    sigma = automaton.reserved_character.encode()
+    for sa, sp, tokens in paired_walk(automaton, pushdown, BFS_STATES):
+        assert sp is not None, f"pushdown refused {tokenizer.decode(list(tokens))!r}"
+        ma, mp = automaton.allowed(sa), pushdown.allowed(sp)
+        prefix = vocab.decode(tokens)
+        for t in (mp & ~ma).nonzero().flatten().tolist():
+            if sigma in prefix[-len(sigma) :] + (vocab.token_bytes[t] or b""):
+                mp[t] = False
+        if not torch.equal(ma, mp):
+            extra = (mp & ~ma).nonzero().flatten().tolist()[:5]
+            missing = (ma & ~mp).nonzero().flatten().tolist()[:5]
+            raise AssertionError(
+                f"after {tokenizer.decode(list(tokens))!r}: pushdown adds "
+                f"{tokenizer.convert_ids_to_tokens(extra)}, lacks "
+                f"{tokenizer.convert_ids_to_tokens(missing)}"
+            )
+        assert automaton.is_accepting(sa) == pushdown.is_accepting(sp)
+
+
+@pytest.mark.parametrize(
+    "pattern", [EMAIL, AC_BUG, r"\(\(\)\)|\(\)", "(?:" + "|".join(CHOICES) + ")"]
+)
+def test_pushdown_regex_equals_the_exact_automaton(tokenizer, pattern):
+    automaton = Grammar.from_regex(pattern, tokenizer)
+    pushdown = Grammar.from_regex(pattern, tokenizer, backend="pushdown")
+    assert isinstance(pushdown, PushdownGrammar)
+    assert_same_sets(automaton, pushdown, tokenizer)
+
+
+@pytest.mark.parametrize("whitespace", ["", None])
+@pytest.mark.parametrize("name", REGULAR_SCHEMAS)
+def test_both_backends_build_the_same_json_language(smol_tokenizer, name, whitespace):
+    schema = REGULAR_SCHEMAS[name]
+    automaton = Grammar.from_json_schema(schema, smol_tokenizer, whitespace, backend="automaton")
+    pushdown = Grammar.from_json_schema(schema, smol_tokenizer, whitespace)
+    assert automaton.backend == "automaton" and pushdown.backend == "pushdown"
+    assert_same_sets(automaton, pushdown, smol_tokenizer)
+
+
+def test_forced_text_admits_every_tokenization(smol_tokenizer):
+    # llguidance alone allows only the canonical "))" after "((" here; every split is a member
+    g = Grammar.from_regex(r"\(\(\)\)|\(\)", smol_tokenizer, backend="pushdown")
+    state = g.walk(smol_tokenizer.encode("(("))
+    close = smol_tokenizer.convert_tokens_to_ids(")")
+    assert g.next_state(state, close) is not None
+
+
+def test_overlong_utf8_is_never_admitted(smol_tokenizer):
+    vocab = TokenVocabulary.from_tokenizer(smol_tokenizer)
+    lead = vocab.token_bytes.index(b"\xe0")
+    g = Grammar.from_regex("(ac|[^a])+", smol_tokenizer, backend="pushdown")
+    state = g.next_state(g.initial_state, lead)
+    mask = g.allowed(state)
+    after = [vocab.token_bytes[t] for t in mask.nonzero().flatten().tolist()]
+    assert after and all(0xA0 <= b[0] <= 0xBF for b in after)  # E0 80..9F would be overlong
+
+
+def test_context_free_grammars_in_lark_and_ebnf(smol_tokenizer):
+    tok = smol_tokenizer
+    for g in (
+        Grammar.from_lark('start: "a" start "b" | "c"', tok),
+        Grammar.from_ebnf('root ::= "a" root "b" | "c"', tok),
+    ):
+        for text, member in [("aacbb", True), ("c", True), ("aacb", False), ("acbb", False)]:
+            state = g.walk(tok.encode(text))
+            assert (state is not None and g.is_accepting(state)) == member, (g, text)
+        assert g.min_tokens_to_accept(g.initial_state) == 1
+        assert not g.is_accepting(g.walk(tok.encode("aa")))
+
+
+@pytest.mark.parametrize(
+    ("build", "error"),
+    [
+        (lambda tok: Grammar.from_lark("start: (", tok), InvalidGrammarError),
+        (lambda tok: Grammar.from_lark(42, tok), InvalidGrammarError),
+        (lambda tok: Grammar.from_ebnf('root ::= "a', tok), InvalidGrammarError),
+        (lambda tok: Grammar.from_regex("[z-a]", tok, backend="pushdown"), GrammarError),
+        (lambda tok: Grammar.from_regex("a", tok, backend="stack"), GrammarError),
+    ],
+)
+def test_malformed_grammars_raise_typed_errors(smol_tokenizer, build, error):
+    with pytest.raises(error):
+        build(smol_tokenizer)
+
+
+def test_states_are_immutable_values_and_matchers_roll_back(smol_tokenizer):
+    tok = smol_tokenizer
+    g = Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}}, tok,
+                                 whitespace="")  # fmt: skip
+    start = g.walk(tok.encode("[1"))
+    before = g.allowed(start).clone()
+    g.walk(tok.encode(",2]"), state=start)
+    assert torch.equal(g.allowed(start), before)  # walking on never changes a state
+    m = GrammarMatcher(g)
+    assert [m.consume(t) for t in tok.encode("[1,")] == [True] * len(tok.encode("[1,"))
+    m.rollback(1)
+    assert m.consume(tok.convert_tokens_to_ids("]")) and m.is_accepting()
+    with pytest.raises(GrammarError, match="not a state"):
+        g.allowed(Grammar.from_regex("a", tok, backend="pushdown").initial_state)
+
+
+def test_eos_only_at_acceptance_and_after_eos(smol_tokenizer):
+    tok = smol_tokenizer
+    g = Grammar.from_json_schema({"type": "integer"}, tok)
+    eos = g.eos_token_id
+    assert not g.allowed(g.initial_state)[eos]
+    done = g.walk(tok.encode("12"))
+    assert g.allowed(done)[eos] and g.next_state(done, eos) is g.terminal_state
+    assert g.allowed(g.terminal_state).nonzero().flatten().tolist() == [eos]
+    assert g.admissible(g.walk(tok.encode("1")), 1).nonzero().flatten().tolist() == [eos]
+    special = [i for i in range(17) if i != eos]
+    assert not g.allowed(g.walk(tok.encode("1")))[special].any()
+
+
+def test_pushdown_grammar_pickles(smol_tokenizer):
+    import pickle
+
+    g = Grammar.from_lark('start: "x"+', smol_tokenizer)
+    h = pickle.loads(pickle.dumps(g))
+    assert h.is_accepting(h.walk(smol_tokenizer.encode("xxx")))
