@@ -2,8 +2,8 @@
 
 Grammars for JSON schemas fix one text per value up to key order (properties in the schema's
 order, compact or given whitespace, canonical string escapes). A test that asks "does the grammar
-accept this instance" must therefore try the key orders the schema allows, and a test that asks
-"does it reject this invalid instance" must find that *no* key order is accepted.
+accept this instance" must therefore try the key orders the schema allows; a test that asks "does
+it reject this invalid instance" feeds it in the schema's key order.
 :func:`accepting_serialization` does both: a depth-first search over key orders (the schema's
 order first, when given) that feeds the compact text through the grammar piece by piece and
 prunes every prefix the grammar refuses. Scalars keep their compact serialization (``2.0`` stays
@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -40,7 +41,7 @@ def accepting_serialization(
     *,
     key_order: Sequence[str] = (),
     search: bool = True,
-    max_steps: int = 200_000,
+    max_steps: int = 2_000_000,
 ) -> str | None:
     """A compact JSON text of ``value`` that ``grammar`` accepts in full, or ``None`` if no key
     order (and no integral-number spelling) is accepted.
@@ -53,7 +54,9 @@ def accepting_serialization(
         key_order: Property names in the order to try first (see :func:`schema_key_order`);
             other keys follow in the instance's order.
         search: Try other key orders when that one is refused (``False``: only that order,
-            which is how a grammar with a fixed property order is meant to be fed).
+            which is how a grammar with a fixed property order is meant to be fed). The search
+            backtracks over each object's key orders; a nested value keeps the first spelling
+            the grammar accepts.
         max_steps: Bound on grammar steps; exceeding it raises ``RuntimeError``.
     """
     vocab = (
@@ -142,7 +145,9 @@ class _Search:
             if after_key is None:
                 continue
             others = rest[:i] + rest[i + 1 :]
-            for val_text, after_val in self.value(val, after_key):
+            # a value's first accepted spelling is kept (its other key orders lead to the
+            # same place in a JSON grammar); the search backtracks over this object's keys
+            for val_text, after_val in itertools.islice(self.value(val, after_key), 1):
                 yield from self.members(others, after_val, text + head + val_text, first=False)
 
     def items(self, values: list[Any], state: Any, text: str) -> Iterator[tuple[str, Any]]:
@@ -155,7 +160,7 @@ class _Search:
         after_sep = self.feed(sep, state) if sep else state
         if after_sep is None:
             return
-        for item_text, after_item in self.value(values[0], after_sep):
+        for item_text, after_item in itertools.islice(self.value(values[0], after_sep), 1):
             yield from self.items(values[1:], after_item, text + sep + item_text)
 
 

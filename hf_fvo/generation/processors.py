@@ -180,8 +180,19 @@ class FVOLogitsProcessor(LogitsProcessor):
                 step = self.estimator.step(ctx)
                 self._remember(self._steps, generated, step.diagnostics)
                 log_phi = step.log_phi
+                if not bool(torch.isfinite(log_phi).any()):
+                    log_phi = self._out_of_budget(state)
             out[r, :vocab] = (logp[:vocab] + log_phi.to(logp.device)).to(scores.dtype)
         return out
+
+    def _out_of_budget(self, state: Any) -> torch.Tensor:
+        """Nothing admissible fits the budget (a pushdown grammar looks one token ahead, so a
+        member can outgrow ``max_new_tokens``): draw from A_t, unweighted. The output is then cut
+        off by the budget, never made invalid; a row of −inf would crash sampling."""
+        mask = self.grammar.allowed(state)
+        log_phi = torch.full((self.grammar.vocab_size,), -torch.inf, dtype=torch.float64)
+        log_phi[mask] = 0.0
+        return log_phi
 
 
 class GrammarLogitsProcessor(FVOLogitsProcessor):

@@ -43,6 +43,9 @@ _ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
 _IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
 _MAX_ALTERNATIVES = 512
 _MAX_UNIQUE_SEQUENCES = 4096
+_MAX_COMBINATIONS = 64
+# patterns every key matches (unanchored search; "^.*$" is not one: "." stops at a newline)
+_UNIVERSAL = {"", ".*", "^.*", ".*$", "(.*)"}
 
 
 def _defs(root: Any) -> dict[str, Any]:
@@ -266,6 +269,9 @@ def negate(
         if part is None:
             return None
         out.extend(part)
+    if context is not None:  # parts of types the context never has add nothing
+        kinds = _types_of(context, defs)
+        out = [p for p in out if _types_of(p, defs) & kinds]
     return out
 
 
@@ -369,9 +375,14 @@ def _negate_properties(
         if closed is not None and name not in closed:
             continue  # the context never holds this property
         theirs = _property(context, name, defs) if context is not None else None
+        if theirs is not None and theirs == sub:
+            continue  # the context's own schema for this property
         if theirs is not None and disjoint(theirs, sub, defs):
             out.append({"type": "object", "required": [name]})
             continue
+        values = _value_set(theirs, defs) if theirs is not None else None
+        if values is not None and all(_satisfies(v, sub, defs) for v in values):
+            continue  # every value the context allows here satisfies the schema
         negs = negate(sub, defs, theirs, depth + 1)
         if negs is None:
             return None
@@ -423,8 +434,8 @@ def _negate_items(
     node: dict[str, Any], value: Any, defs: dict[str, Any], context: Any, depth: int
 ) -> list[Any] | None:
     """Arrays with an item (past ``prefixItems``) outside ``items``: stated for ``items: false``
-    (arrays longer than the prefix), and for items disjoint from the context's items (then any
-    non-empty array qualifies)."""
+    (arrays longer than the prefix), for items disjoint from the context's items (then any
+    non-empty array qualifies) and for items containing the context's (then none does)."""
     start = len(node.get("prefixItems", []))
     if value is True:
         return []
@@ -435,6 +446,8 @@ def _negate_items(
         theirs = ctx.get("items") if isinstance(ctx, dict) and not ctx.get("prefixItems") else None
         if theirs is not None and disjoint(theirs, value, defs):
             return [{"type": "array", "minItems": 1}]
+        if theirs is not None and negate(value, defs, theirs, depth + 1) == []:
+            return []  # the context's items all satisfy these items
     return None
 
 
@@ -442,18 +455,24 @@ def _negate_items(
 
 
 def _value_set(node: Any, defs: dict[str, Any]) -> list[Any] | None:
+    """The finite set of values ``node`` allows, where its conjunctive parts state one
+    (``const``/``enum``; several parts: their intersection)."""
     node = _resolve(node, defs)
     if not isinstance(node, dict):
         return None
+    sets: list[list[Any]] = []
     if "const" in node:
-        return [node["const"]]
+        sets.append([node["const"]])
     if "enum" in node:
-        return list(node["enum"])
+        sets.append(list(node["enum"]))
     for sub in node.get("allOf", []):
         values = _value_set(sub, defs)
         if values is not None:
-            return values
-    return None
+            sets.append(values)
+    if not sets:
+        return None
+    keys = set.intersection(*({_json_key(v) for v in values} for values in sets))
+    return [v for v in sets[0] if _json_key(v) in keys]
 
 
 def _json_key(value: Any) -> str:
@@ -482,16 +501,21 @@ def _object_facts(node: Any, defs: dict[str, Any]) -> tuple[set[str], set[str], 
 
 
 def _property(node: Any, name: str, defs: dict[str, Any]) -> Any:
+    """The schema ``node``'s conjunctive parts give property ``name`` (their intersection), or
+    ``None`` where none lists it."""
     node = _resolve(node, defs)
     if not isinstance(node, dict):
         return None
+    found = []
     if name in node.get("properties", {}):
-        return node["properties"][name]
+        found.append(node["properties"][name])
     for sub in node.get("allOf", []):
-        found = _property(sub, name, defs)
-        if found is not None:
-            return found
-    return None
+        part = _property(sub, name, defs)
+        if part is not None:
+            found.append(part)
+    if not found:
+        return None
+    return found[0] if len(found) == 1 else {"allOf": found}
 
 
 def disjoint(a: Any, b: Any, defs: dict[str, Any], depth: int = 0) -> bool:
@@ -852,7 +876,8 @@ class _Logic:
                 node[key] = [self.node(v, f"{path}/{key}/{i}") for i, v in enumerate(node[key])]
         conj: list[Any] = []
         if "not" in node:
-            negs = negate(node.pop("not"), self.defs)
+            negated = node.pop("not")
+            negs = negate(negated, self.defs, context=_context(node))
             if negs is None:
                 raise UnsupportedSchemaError(
                     f"{path}/not: its complement cannot be built exactly (it negates a pattern, "
@@ -861,8 +886,14 @@ class _Logic:
             conj.append(_any_of(negs))
         if "if" in node:
             conj.append(self.conditional(node, path))
+        # keys that require the same names form one condition: (no such key) or (the names)
+        groups: dict[tuple[str, ...], list[str]] = {}
         for name, deps in node.pop("dependentRequired", {}).items():
-            conj.append({"anyOf": [{"properties": {name: False}}, {"required": [name, *deps]}]})
+            groups.setdefault(tuple(dict.fromkeys(deps)), []).append(name)
+        for deps, names in groups.items():
+            if deps:
+                absent = {"properties": {n: False for n in names}}
+                conj.append({"anyOf": [absent, {"required": list(deps)}]})
         for name, dep in node.pop("dependentSchemas", {}).items():
             present = _all_of([{"required": [name]}, dep])
             conj.append({"anyOf": [{"properties": {name: False}}, present]})
@@ -886,23 +917,177 @@ class _Logic:
         if conj:
             node["allOf"] = [*node.get("allOf", []), *conj]
         if node.get("properties") and node.get("patternProperties"):
+            node = self.universal_pattern(node)
+        if node.get("properties") and node.get("patternProperties"):
             node = self.shared_patterns(node)
-        return self.distribute_type(node)
+        if "allOf" in node:
+            node = _flatten_all_of(node)
+        if isinstance(node, dict) and "allOf" in node:
+            node = self.expand_alternatives(node)
+        if isinstance(node, dict):
+            node = self.without_empty_strings(node)
+        return self.distribute_type(node) if isinstance(node, dict) else node
+
+    def without_empty_strings(self, node: dict[str, Any]) -> Any:
+        """A node whose patterns no string matches together (a ``pattern`` contradicting a
+        ``format``, say) admits no string: say so with ``type`` (the engine would refuse the
+        whole schema, though an optional property with this schema is merely absent)."""
+        patterns = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+        patterns += [m["pattern"] for m in node.get("allOf", [])
+                     if isinstance(m, dict) and isinstance(m.get("pattern"), str)]  # fmt: skip
+        if len(patterns) < 2:
+            return node
+        from hf_fvo.grammar.pushdown import patterns_intersect
+
+        if patterns_intersect(tuple(patterns)):
+            return node
+        kinds = [t for t in _ALL_TYPES if t != "string"]
+        if "type" in node:
+            named = {node["type"]} if isinstance(node["type"], str) else set(node["type"])
+            kinds = [t for t in [*_ALL_TYPES, "integer"] if t in named and t != "string"]
+        if not kinds:
+            return False
+        return {**node, "type": kinds[0] if len(kinds) == 1 else kinds}
+
+    def expand_alternatives(self, node: dict[str, Any]) -> Any:
+        """Several ``anyOf`` members of one ``allOf`` as one ``anyOf`` of their combinations,
+        leaving out combinations whose parts exclude each other. Where that is still too many,
+        split on whether a discriminating property is present: conditionals keyed on one
+        property then combine into a handful of branches (absent: every ``then``; present: one
+        value's ``then``; and non-objects apart), where the engine would enumerate the whole
+        product."""
+        unions = [m for m in node["allOf"] if isinstance(m, dict) and set(m) == {"anyOf"}]
+        if len(unions) < 2:
+            return node
+        context = {k: v for k, v in node.items() if k != "allOf"}
+        rest = [m for m in node["allOf"] if not any(m is u for u in unions)]
+        combos = self.combinations(unions, [context] if context else [])
+        if combos is None:
+            for name in self.discriminators(unions):
+                cases = (
+                    _except({"object"}),
+                    {"type": "object", "properties": {name: False}},
+                    {"type": "object", "required": [name]},
+                )
+                parts = [
+                    self.combinations(unions, [*([context] if context else []), case], name)
+                    for case in cases
+                ]
+                if all(p is not None for p in parts):
+                    combos = [[case, *c] for case, p in zip(cases, parts, strict=True) for c in p]
+                    break
+            else:
+                return node  # too many: leave the product to the engine
+        expanded = _any_of([_merged(c) for c in combos])
+        return {**context, "allOf": [*rest, expanded]}
+
+    def combinations(
+        self, unions: list[Any], given: list[Any], name: str | None = None
+    ) -> list[list[Any]] | None:
+        """Branch choices, one per union, whose parts (and ``given``) do not exclude each
+        other, each reduced to the parts the others do not imply; ``None`` beyond the size
+        limit. With ``name``, combinations leaving that property no allowed value (of the
+        finitely many the parts allow) are excluded as well."""
+        combos: list[list[Any]] = [[]]
+        for union in unions:
+            grown = []
+            for combo in combos:
+                for branch in union["anyOf"]:
+                    parts = [*given, *combo]
+                    if any(disjoint(_all_of([*given, part]) if given else part, branch, self.defs)
+                           for part in parts):  # fmt: skip
+                        continue
+                    if name is not None and not self.some_value(name, [*parts, branch]):
+                        continue
+                    grown.append([*combo, branch])
+                    if len(grown) > _MAX_COMBINATIONS:
+                        return None
+            combos = grown
+        return [self.reduce(combo, given) for combo in combos]
+
+    def some_value(self, name: str, parts: list[Any]) -> bool:
+        """Whether property ``name`` keeps a value every part allows (True when the parts do not
+        restrict it to finitely many)."""
+        schemas = [p for p in (_property(part, name, self.defs) for part in parts) if p is not None]
+        values = _value_set(_all_of(schemas), self.defs) if schemas else None
+        if values is None:
+            return True
+        return any(all(_satisfies(v, sch, self.defs) for sch in schemas) for v in values)
+
+    def reduce(self, combo: list[Any], given: list[Any]) -> list[Any]:
+        """Drop the parts of a combination the other parts imply."""
+        kept = list(combo)
+        for part in combo:
+            others = [*given, *(p for p in kept if p is not part)]
+            if others and negate(part, self.defs, context=_all_of(others)) == []:
+                kept = [p for p in kept if p is not part]
+        return kept
+
+    @staticmethod
+    def discriminators(unions: list[Any]) -> list[str]:
+        """Properties given a constant or enum in branches of at least two unions."""
+        seen: dict[str, set[int]] = {}
+        stack = [(i, b) for i, u in enumerate(unions) for b in u["anyOf"]]
+        while stack:
+            i, node = stack.pop()
+            if not isinstance(node, dict):
+                continue
+            for name, sub in node.get("properties", {}).items():
+                if isinstance(sub, dict) and ("const" in sub or "enum" in sub):
+                    seen.setdefault(name, set()).add(i)
+            stack.extend((i, m) for m in node.get("allOf", []))
+        return [name for name, where in seen.items() if len(where) >= 2]
+
+    def universal_pattern(self, node: dict[str, Any]) -> dict[str, Any]:
+        """A pattern matching every key (``.*``) applies to the listed properties too; make that
+        explicit — each listed property takes the intersection of its schema and the pattern's
+        (simplified where one contains the other) and the pattern becomes "any other key" — so
+        the engine never intersects the two itself (it cannot for recursive schemas)."""
+        patterns = node["patternProperties"]
+        universal = [p for p in patterns if p in _UNIVERSAL]
+        if len(universal) != 1 or len(patterns) != 1:
+            return node
+        rule = patterns[universal[0]]
+        props = {n: self.intersect(sub, rule) for n, sub in node["properties"].items()}
+        others = _literals_complement(sorted(props))
+        return {**node, "properties": props, "patternProperties": {others: rule}}
+
+    def intersect(self, a: Any, b: Any) -> Any:
+        """``a`` ∧ ``b``, as one of them where it contains the other."""
+        if b is True or a is False or a == b:
+            return a
+        if a is True or b is False:
+            return b
+        if disjoint(a, b, self.defs):
+            return False
+        if negate(b, self.defs, context=a) == []:
+            return a
+        if negate(a, self.defs, context=b) == []:
+            return b
+        return {"allOf": [a, b]}
 
     def shared_patterns(self, node: dict[str, Any]) -> dict[str, Any]:
         """A listed property whose name also matches a ``patternProperties`` pattern must satisfy
-        both schemas; where they are the same schema, list the property as ``true`` (the pattern
-        supplies the constraint), so the engine does not intersect a schema with itself, which
-        it cannot do for a recursive one."""
+        both schemas. Where the listed schema adds nothing (``true``, or the pattern's own
+        schema), let the pattern alone constrain it: drop an optional property (the pattern
+        admits the key, now in any position among the pattern keys) or list a required one as
+        ``true``. The engine would otherwise intersect a schema with itself, which it cannot do
+        for a recursive one."""
         from hf_fvo.grammar.pushdown import patterns_intersect
 
+        required = set(node.get("required", []))
         props = dict(node["properties"])
-        for name, sub in props.items():
-            if sub is True or sub is False:
+        for name, sub in list(props.items()):
+            if sub is False:
                 continue
             for pattern, theirs in node["patternProperties"].items():
-                if theirs == sub and patterns_intersect((pattern, f"^{re.escape(name)}$")):
-                    props[name] = True
+                if (sub is True or theirs == sub) and patterns_intersect(
+                    (pattern, f"^{re.escape(name)}$")
+                ):
+                    if name in required:
+                        props[name] = True
+                    else:
+                        del props[name]
                     break
         return {**node, "properties": props}
 
@@ -926,7 +1111,7 @@ class _Logic:
     def conditional(self, node: dict[str, Any], path: str) -> Any:
         condition = node.pop("if")
         then, otherwise = node.pop("then", True), node.pop("else", True)
-        negs = negate(condition, self.defs)
+        negs = negate(condition, self.defs, context=_context(node))
         if negs is None:
             raise UnsupportedSchemaError(
                 f"{path}/if: the schemas failing 'if' cannot be described exactly, so else "
@@ -945,7 +1130,7 @@ class _Logic:
         may overlap."""
         parts = []
         for i, bi in enumerate(branches):
-            conj = [bi]
+            complements = []
             for j, bj in enumerate(branches):
                 if i == j or disjoint(bi, bj, self.defs):
                     continue
@@ -956,8 +1141,8 @@ class _Logic:
                         f"failing branch {j} cannot be described exactly, so 'exactly one' "
                         "cannot be enforced; use anyOf if overlap is acceptable"
                     )
-                conj.append(_any_of(negs))
-            part = _all_of(conj)
+                complements.append(negs)
+            part = _all_of([bi, _conjunction_of_unions(complements)])
             if part is not False:
                 parts.append(part)
         if len(parts) > _MAX_ALTERNATIVES:
@@ -1084,6 +1269,86 @@ class _Logic:
         return node
 
 
+def _conjunction_of_unions(unions: list[list[Any]]) -> Any:
+    """∧_j (∨ unions[j]), with the disjuncts every union shares factored out:
+    (C ∨ R_1) ∧ (C ∨ R_2) ∧ … = C ∨ (R_1 ∧ R_2 ∧ …). (Overlapping ``oneOf`` branches often
+    differ from one another by the same discriminating key, whose presence then settles them
+    all at once.)"""
+    if not unions:
+        return True
+    keys = [{_json_key(p) for p in u} for u in unions]
+    shared = set.intersection(*keys)
+    common = [p for p in unions[0] if _json_key(p) in shared]
+    rests = [[p for p in u if _json_key(p) not in shared] for u in unions]
+    remainder = False if any(not r for r in rests) else _all_of([_any_of(r) for r in rests])
+    return _any_of([*common, *([remainder] if remainder is not False else [])])
+
+
+_MERGEABLE = {"type", "properties", "required"}
+
+
+def _merged(parts: list[Any]) -> Any:
+    """The intersection of ``parts`` with nested ``allOf`` spliced and the parts that state only
+    types, properties and required names merged into one schema (the engine recurses once per
+    ``allOf`` member it intersects, so a long flat list of small parts is what it handles
+    worst)."""
+    flat: list[Any] = []
+    stack = list(reversed(parts))
+    while stack:
+        part = stack.pop()
+        if isinstance(part, dict) and set(part) == {"allOf"}:
+            stack.extend(reversed(part["allOf"]))
+        elif part is not True and part != {}:
+            flat.append(part)
+    if any(p is False for p in flat):
+        return False
+    simple = [p for p in flat if isinstance(p, dict) and set(p) <= _MERGEABLE]
+    others = [p for p in flat if not (isinstance(p, dict) and set(p) <= _MERGEABLE)]
+    merged: dict[str, Any] = {}
+    for part in simple:
+        if "type" in part:
+            names = {part["type"]} if isinstance(part["type"], str) else set(part["type"])
+            if "type" in merged:
+                here = {merged["type"]} if isinstance(merged["type"], str) else set(merged["type"])
+                both = (here & _widen(names)) | (names & _widen(here))
+                if not both:
+                    return False
+                names = both
+            merged["type"] = sorted(names)[0] if len(names) == 1 else sorted(names)
+        if "required" in part:
+            merged["required"] = list(dict.fromkeys([*merged.get("required", []),
+                                                     *part["required"]]))  # fmt: skip
+        for name, sub in part.get("properties", {}).items():
+            props = merged.setdefault("properties", {})
+            props[name] = _all_of([props[name], sub]) if name in props else sub
+    return _all_of([merged, *others] if merged else others)
+
+
+def _context(node: dict[str, Any]) -> dict[str, Any]:
+    """What a node says besides its logic keywords: the context its ``not``/``if`` negate in."""
+    skip = ("not", "if", "then", "else", "oneOf", "dependentSchemas", "dependentRequired")
+    return {k: v for k, v in node.items() if k not in skip}
+
+
+def _flatten_all_of(node: dict[str, Any]) -> Any:
+    """Splice nested ``allOf``s and drop trivial members; ``{"allOf": [X]}`` is X. (The engine
+    merges every ``allOf`` level, and cannot merge a recursive reference with siblings.)"""
+    members: list[Any] = []
+    for member in node["allOf"]:
+        if isinstance(member, dict) and set(member) == {"allOf"}:
+            members.extend(member["allOf"])
+        elif member is not True and member != {}:
+            members.append(member)
+    if any(m is False for m in members):
+        return False
+    rest = {k: v for k, v in node.items() if k != "allOf"}
+    if not members:
+        return rest
+    if not rest and len(members) == 1:
+        return members[0]
+    return {**rest, "allOf": members}
+
+
 def rewrite_logic(root: Any) -> Any:
     """Replace ``not``, ``if``/``then``/``else``, dependencies, ``oneOf``, ``propertyNames`` and
     ``uniqueItems`` by exactly equivalent ``anyOf``/``allOf`` structure, or refuse.
@@ -1091,10 +1356,31 @@ def rewrite_logic(root: Any) -> Any:
     Example:
         >>> from hf_fvo.grammar.schema_logic import rewrite_logic
         >>> rewrite_logic({"oneOf": [{"type": "string"}, {"type": "null"}]})
-        {'allOf': [{'anyOf': [{'type': 'string'}, {'type': 'null'}]}]}
+        {'anyOf': [{'type': 'string'}, {'type': 'null'}]}
     """
     if isinstance(root, dict):
         root = dict(root)
         if "$defs" in root:
             root["$defs"] = dict(root["$defs"])
-    return _Logic(root).run()
+    return _inline_booleans(_Logic(root).run())
+
+
+def _inline_booleans(root: Any) -> Any:
+    """References to ``true``/``false`` definitions replaced by the boolean itself (the engine
+    refuses a schema that reaches ``false`` through a reference even where ``false`` only means
+    "this property is absent")."""
+    defs = _defs(root)
+    constant = {name for name, d in defs.items() if isinstance(d, bool)}
+    if not constant:
+        return root
+
+    def visit(node: Any) -> Any:
+        if isinstance(node, dict):
+            if set(node) == {"$ref"} and node["$ref"].rsplit("/", 1)[-1] in constant:
+                return defs[node["$ref"].rsplit("/", 1)[-1]]
+            return {k: (v if k in ("enum", "const") else visit(v)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [visit(x) for x in node]
+        return node
+
+    return _prune(visit(root))
