@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
 from hf_fvo.grammar.automaton import TokenAutomaton
+from hf_fvo.grammar.cache import Memo, clear_all, vocabulary_of
 from hf_fvo.grammar.errors import (
     EmptyLanguageError,
     GrammarError,
@@ -39,20 +40,14 @@ COMPILE_TIMEOUT_S = 300.0
 _CACHE_SIZE = 64
 _UNICODE_CLASS = re.compile(r"\\[pP](?:\{[^}]*\}|[A-Za-z])")
 
-_CACHE: OrderedDict[tuple[Any, ...], TokenAutomaton] = OrderedDict()
-_VOCAB_ARTIFACTS: OrderedDict[str, tuple[str, Any, np.ndarray, np.ndarray]] = OrderedDict()
-_LOCK = threading.RLock()
+_CACHE = Memo(_CACHE_SIZE)
+_VOCAB_ARTIFACTS = Memo(4)
 T = TypeVar("T")
 
 
 def clear_cache() -> None:
     """Forget every compiled grammar (the next ``Grammar.from_…`` call recompiles)."""
-    from hf_fvo.grammar import pushdown
-
-    with _LOCK:
-        _CACHE.clear()
-        _VOCAB_ARTIFACTS.clear()
-    pushdown.clear_cache()
+    clear_all()
 
 
 def compile_grammar(
@@ -65,11 +60,7 @@ def compile_grammar(
     max_states: int | None = None,
 ) -> TokenAutomaton:
     """Compile ``source`` for ``tokenizer``; cached by (source, tokenizer bytes, options)."""
-    vocab = (
-        tokenizer
-        if isinstance(tokenizer, TokenVocabulary)
-        else TokenVocabulary.from_tokenizer(tokenizer, eos_token_id)
-    )
+    vocab = vocabulary_of(tokenizer, eos_token_id)
     size = resolve_vocab_size(vocab, vocab_size)
     if max_length is not None and (
         isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0
@@ -77,16 +68,7 @@ def compile_grammar(
         raise GrammarError(f"max_length must be a non-negative int, got {max_length!r}")
     limit = DEFAULT_MAX_STATES if max_states is None else int(max_states)
     key = (source.kind, source.regex, vocab.fingerprint, size, max_length)
-    with _LOCK:
-        if key in _CACHE:
-            _CACHE.move_to_end(key)
-            return _CACHE[key]
-    grammar = _compile(source, vocab, size, max_length, limit)
-    with _LOCK:
-        _CACHE[key] = grammar
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return grammar
+    return _CACHE.get_or_build(key, lambda: _compile(source, vocab, size, max_length, limit))
 
 
 def resolve_vocab_size(vocab: TokenVocabulary, vocab_size: int | None) -> int:
@@ -289,23 +271,18 @@ def _vocabulary_artifacts(vocab: TokenVocabulary) -> tuple[str, Any, np.ndarray,
     """Per tokenizer, once: sentinel, outlines-core Vocabulary, σ-avoidance steps, char lengths."""
     from outlines_core import Vocabulary
 
-    with _LOCK:
-        if vocab.fingerprint in _VOCAB_ARTIFACTS:
-            return _VOCAB_ARTIFACTS[vocab.fingerprint]
-    sigma = _sentinel(vocab)
-    table = vocab.byte_map()
-    table[sigma.encode()] = [len(vocab)]  # the fake token
-    built = (
-        sigma,
-        Vocabulary(vocab.eos_token_ids[0], table),
-        _avoidance_steps(vocab, sigma),
-        _char_lengths(vocab),
-    )
-    with _LOCK:
-        _VOCAB_ARTIFACTS[vocab.fingerprint] = built
-        while len(_VOCAB_ARTIFACTS) > 4:
-            _VOCAB_ARTIFACTS.popitem(last=False)
-    return built
+    def build() -> tuple[str, Any, np.ndarray, np.ndarray]:
+        sigma = _sentinel(vocab)
+        table = vocab.byte_map()
+        table[sigma.encode()] = [len(vocab)]  # the fake token
+        return (
+            sigma,
+            Vocabulary(vocab.eos_token_ids[0], table),
+            _avoidance_steps(vocab, sigma),
+            _char_lengths(vocab),
+        )
+
+    return _VOCAB_ARTIFACTS.get_or_build(vocab.fingerprint, build)
 
 
 Edges = dict[int, tuple[np.ndarray, np.ndarray]]

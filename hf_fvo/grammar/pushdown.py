@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,6 +28,7 @@ import numpy as np
 import torch
 
 from hf_fvo.grammar.base import Grammar
+from hf_fvo.grammar.cache import Memo, vocabulary_of
 from hf_fvo.grammar.errors import (
     EmptyLanguageError,
     GrammarError,
@@ -50,11 +49,9 @@ __all__ = [
     "patterns_intersect",
 ]
 
-_CACHE_SIZE = 64
-_CACHE: OrderedDict[tuple[Any, ...], PushdownGrammar] = OrderedDict()
-_TOKENIZERS: OrderedDict[str, Any] = OrderedDict()
-_UTF8: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-_LOCK = threading.RLock()
+_CACHE = Memo(64)
+_TOKENIZERS = Memo(4)
+_UTF8 = Memo(4)
 _OPTIONS = '%llguidance {"no_forcing": true}\n'
 
 
@@ -371,29 +368,12 @@ def _compiled(
 ) -> PushdownGrammar:
     from hf_fvo.grammar.compile import resolve_vocab_size
 
-    vocab = (
-        tokenizer
-        if isinstance(tokenizer, TokenVocabulary)
-        else TokenVocabulary.from_tokenizer(tokenizer, eos_token_id)
-    )
+    vocab = vocabulary_of(tokenizer, eos_token_id)
     size = resolve_vocab_size(vocab, vocab_size)
-    cache_key = (*key, vocab.fingerprint, size)
-    with _LOCK:
-        if cache_key in _CACHE:
-            _CACHE.move_to_end(cache_key)
-            return _CACHE[cache_key]
-    grammar = PushdownGrammar(definition, vocab, size, source, notes)
-    with _LOCK:
-        _CACHE[cache_key] = grammar
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return grammar
-
-
-def clear_cache() -> None:
-    """Forget every compiled pushdown grammar."""
-    with _LOCK:
-        _CACHE.clear()
+    return _CACHE.get_or_build(
+        (*key, vocab.fingerprint, size),
+        lambda: PushdownGrammar(definition, vocab, size, source, notes),
+    )
 
 
 def _translate(message: str, source: str) -> GrammarError:
@@ -436,21 +416,13 @@ def _llg_tokenizer(vocab: TokenVocabulary) -> Any:
     """An llguidance tokenizer over exactly the vocabulary's token bytes (cached)."""
     import llguidance
 
-    with _LOCK:
-        hit = _TOKENIZERS.get(vocab.fingerprint)
-        if hit is not None:
-            return hit
-    wrapper = _VocabularyWrapper(vocab)
-    tokenizer = llguidance.LLTokenizer(
-        llguidance.TokenizerWrapper(wrapper),
-        n_vocab=len(vocab),
-        eos_token=list(vocab.eos_token_ids),
-    )
-    with _LOCK:
-        _TOKENIZERS[vocab.fingerprint] = tokenizer
-        while len(_TOKENIZERS) > 4:
-            _TOKENIZERS.popitem(last=False)
-    return tokenizer
+    def build() -> Any:
+        wrapper = llguidance.TokenizerWrapper(_VocabularyWrapper(vocab))
+        return llguidance.LLTokenizer(
+            wrapper, n_vocab=len(vocab), eos_token=list(vocab.eos_token_ids)
+        )
+
+    return _TOKENIZERS.get_or_build(vocab.fingerprint, build)
 
 
 class _VocabularyWrapper:
@@ -495,10 +467,10 @@ def _utf8_byte_table() -> np.ndarray:
 def _utf8_tables(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray]:
     """``ok[s, t]``: token t keeps the text valid UTF-8 from state s; ``next[s, t]``: the state
     after it. Tokens that spell nothing are never ok."""
-    with _LOCK:
-        hit = _UTF8.get(vocab.fingerprint)
-        if hit is not None:
-            return hit
+    return _UTF8.get_or_build(vocab.fingerprint, lambda: _build_utf8_tables(vocab))
+
+
+def _build_utf8_tables(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray]:
     table = _utf8_byte_table()
     n = len(vocab)
     lengths = np.array([len(b) if b else 0 for b in vocab.token_bytes], dtype=np.int64)
@@ -515,9 +487,4 @@ def _utf8_tables(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray]:
             state[live] = table[state[live], padded[live, pos]]
         nxt[start] = state
     ok = ((nxt >= 0) & (lengths > 0)[None, :]).astype(np.uint8)
-    result = (ok, np.maximum(nxt, 0))
-    with _LOCK:
-        _UTF8[vocab.fingerprint] = result
-        while len(_UTF8) > 4:
-            _UTF8.popitem(last=False)
-    return result
+    return ok, np.maximum(nxt, 0)
