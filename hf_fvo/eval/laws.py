@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.grammar import Grammar, GrammarTooLargeError
+from hf_fvo.grammar import Grammar, GrammarTooLargeError, InfiniteLanguageError
 from hf_fvo.phi import (
     ExactPhi,
     PhiContext,
@@ -295,7 +295,10 @@ def _explore(
     the law is normalised), and the number of forwards.
     """
     if budget is None and not grammar.is_finite:
-        raise ValueError(f"{grammar.source} is infinite: pass max_new_tokens")
+        raise InfiniteLanguageError(
+            f"{grammar.source} is infinite (or, as a pushdown grammar, not known to be finite): "
+            "pass max_new_tokens"
+        )
     eos = set(grammar.eos_token_ids)
     forwards_before = lm.forwards
     heap: list[tuple[float, int, tuple[int, ...], int]] = [(0.0, 0, (), grammar.initial_state)]

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.grammar import Grammar, GrammarTooLargeError
+from hf_fvo.grammar import Grammar, GrammarTooLargeError, InfiniteLanguageError
 from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 from hf_fvo.phi.lm import PrefixLM
 
@@ -199,9 +199,9 @@ class ExactPhi(PhiEstimator):
                 return exploration
         root_budget = None if budget is None else ctx.remaining
         if root_budget is None and not self.grammar.is_finite:
-            raise ValueError(
-                f"{self.grammar.source} is infinite: the exact estimator needs a token budget "
-                "(max_new_tokens)"
+            raise InfiniteLanguageError(
+                f"{self.grammar.source} is infinite (or, as a pushdown grammar, not known to be "
+                "finite): the exact estimator needs a token budget (max_new_tokens)"
             )
         exploration = self._explore(ctx.prompt, ctx.generated, ctx.state, root_budget)
         self._explorations.setdefault(key, []).append(exploration)
