@@ -274,3 +274,16 @@ def test_automaton_backend_refuses_what_it_does_not_lower(smol_tokenizer):
     with pytest.raises(UnsupportedSchemaError, match="backend='pushdown'"):
         Grammar.from_json_schema({"type": "string", "pattern": "a"}, smol_tokenizer,
                                  backend="automaton")  # fmt: skip
+
+
+def test_compact_default_and_flexible_whitespace(smol_tokenizer):
+    tok = smol_tokenizer
+    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}},
+              "required": ["a"]}  # fmt: skip
+    pretty = '{\n  "a": [\n    1,\n    2\n  ]\n}'
+    compact = Grammar.from_json_schema(schema, tok, whitespace="")
+    default = Grammar.from_json_schema(schema, tok)  # one optional space, as in Outlines
+    flexible = Grammar.from_json_schema(schema, tok, whitespace=r"[ \t\n]*")
+    assert accepts(compact, tok, '{"a":[1,2]}') and not accepts(compact, tok, '{"a": [1,2]}')
+    assert accepts(default, tok, '{ "a": [1, 2] }') and not accepts(default, tok, pretty)
+    assert accepts(flexible, tok, pretty) and not accepts(flexible, tok, " " + pretty)
