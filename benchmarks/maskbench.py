@@ -50,12 +50,13 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--engines", default=",".join(e for e in ENGINES if e != "hf_fvo_automaton"))
+    ap.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap per worker")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     tok = load_default_tokenizer()
     rows = [json.loads(line) for line in DEV.open()][: args.limit]
     engines = args.engines.split(",")
-    pools = {name: Pool(name) for name in engines}
+    pools = {name: Pool(name, args.memory_gb) for name in engines}
     stats = {name: defaultdict(int) for name in [*engines, "hf_fvo (search)"]}
     for i, row in enumerate(rows):
         order = schema_key_order(row["schema"]) if _prepares(row["schema"]) else []
