@@ -15,12 +15,16 @@ from hf_fvo.generation import (
     generate,
 )
 from hf_fvo.grammar import (
+    ConstraintConflictError,
     EmptyLanguageError,
     Grammar,
     GrammarError,
     GrammarTooLargeError,
     InfiniteLanguageError,
+    InvalidArgumentError,
+    InvalidGrammarError,
     InvalidRegexError,
+    NonFiniteScoresError,
     OutOfGrammarError,
     TokenizerError,
     TokenTrie,
@@ -31,6 +35,7 @@ from hf_fvo.grammar import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConstraintConflictError",
     "EmptyLanguageError",
     "FVOLogitsProcessor",
     "Grammar",
@@ -39,7 +44,10 @@ __all__ = [
     "GrammarLogitsProcessor",
     "GrammarTooLargeError",
     "InfiniteLanguageError",
+    "InvalidArgumentError",
+    "InvalidGrammarError",
     "InvalidRegexError",
+    "NonFiniteScoresError",
     "OutOfGrammarError",
     "SpeculationStats",
     "TokenTrie",

@@ -10,12 +10,15 @@ from hf_fvo.grammar.automaton import TokenAutomaton, TransitionGroups
 from hf_fvo.grammar.base import Grammar, GrammarMatcher
 from hf_fvo.grammar.compile import clear_cache
 from hf_fvo.grammar.errors import (
+    ConstraintConflictError,
     EmptyLanguageError,
     GrammarError,
     GrammarTooLargeError,
     InfiniteLanguageError,
+    InvalidArgumentError,
     InvalidGrammarError,
     InvalidRegexError,
+    NonFiniteScoresError,
     OutOfGrammarError,
     TokenizerError,
     UnsupportedSchemaError,
@@ -25,14 +28,17 @@ from hf_fvo.grammar.trie import TokenTrie
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
 __all__ = [
+    "ConstraintConflictError",
     "EmptyLanguageError",
     "Grammar",
     "GrammarError",
     "GrammarMatcher",
     "GrammarTooLargeError",
     "InfiniteLanguageError",
+    "InvalidArgumentError",
     "InvalidGrammarError",
     "InvalidRegexError",
+    "NonFiniteScoresError",
     "OutOfGrammarError",
     "PushdownGrammar",
     "TokenAutomaton",

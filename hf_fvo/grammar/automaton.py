@@ -16,12 +16,12 @@ import numpy as np
 import torch
 
 from hf_fvo.grammar.base import Grammar
-from hf_fvo.grammar.errors import GrammarError
+from hf_fvo.grammar.errors import GrammarError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from hf_fvo.grammar.trie import TokenTrie
 
-__all__ = ["TokenAutomaton", "TransitionGroups", "check_count"]
+__all__ = ["TokenAutomaton", "TransitionGroups"]
 
 
 class TransitionGroups(NamedTuple):
@@ -306,10 +306,10 @@ class TokenAutomaton(Grammar):
 
     def _check_state(self, state: int) -> int:
         if isinstance(state, bool) or not isinstance(state, (int, np.integer)):
-            raise GrammarError(f"a state of this automaton is an int, got {state!r}")
+            raise InvalidArgumentError(f"a state of this automaton is an int, got {state!r}")
         s = int(state)
         if not 0 <= s < len(self._accepting_np):
-            raise GrammarError(f"state {state} is not a state of this automaton")
+            raise InvalidArgumentError(f"state {state} is not a state of this automaton")
         return s
 
     def _init_views(self) -> None:
@@ -340,13 +340,6 @@ class TokenAutomaton(Grammar):
             f"TokenAutomaton({self._source}, states={self.num_states}, "
             f"transitions={self.num_transitions}, vocab_size={self._vocab_size})"
         )
-
-
-def check_count(name: str, value: Any) -> int:
-    """``value`` as a non-negative int, or a :class:`GrammarError` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise GrammarError(f"{name} must be a non-negative int, got {value!r}")
-    return int(value)
 
 
 def _longest_paths(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from hf_fvo.grammar.errors import GrammarError
+from hf_fvo.grammar.errors import GrammarError, InvalidArgumentError, check_int
 
 if TYPE_CHECKING:
     from hf_fvo.grammar.trie import TokenTrie
@@ -108,7 +108,7 @@ class Grammar(ABC):
             from hf_fvo.grammar.pushdown import compile_json_schema
 
             if max_length is not None or max_states is not None:
-                raise GrammarError(
+                raise InvalidArgumentError(
                     "max_length and max_states apply to backend='automaton'; the pushdown "
                     "backend has no state limit (bound the output with max_new_tokens)"
                 )
@@ -117,7 +117,9 @@ class Grammar(ABC):
                 eos_token_id=eos_token_id,
             )  # fmt: skip
         if backend != "automaton":
-            raise GrammarError(f"backend must be 'pushdown' or 'automaton', got {backend!r}")
+            raise InvalidArgumentError(
+                f"backend must be 'pushdown' or 'automaton', got {backend!r}"
+            )
         from hf_fvo.grammar.compile import compile_grammar
         from hf_fvo.grammar.sources import json_schema_source
 
@@ -179,7 +181,9 @@ class Grammar(ABC):
                 source.regex, tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id
             )
         if backend != "automaton":
-            raise GrammarError(f"backend must be 'automaton' or 'pushdown', got {backend!r}")
+            raise InvalidArgumentError(
+                f"backend must be 'automaton' or 'pushdown', got {backend!r}"
+            )
         from hf_fvo.grammar.compile import compile_grammar
 
         return compile_grammar(
@@ -305,7 +309,6 @@ class Grammar(ABC):
             >>> g.is_accepting(g.walk(tokenizer.encode("(()())")))
             True
         """
-        from hf_fvo.grammar.automaton import check_count
         from hf_fvo.grammar.compile import compile_grammar
         from hf_fvo.grammar.sources import dyck_source
 
@@ -313,7 +316,7 @@ class Grammar(ABC):
             dyck_source(depth, brackets),
             tokenizer,
             vocab_size=vocab_size,
-            max_length=check_count("max_length", max_length),
+            max_length=check_int("max_length", max_length),
             eos_token_id=eos_token_id,
         )
 
@@ -438,7 +441,7 @@ class Grammar(ABC):
             GrammarError: ``token_ids`` is not a sequence of ints.
         """
         if isinstance(token_ids, (str, bytes)):
-            raise GrammarError("walk takes token ids (ints), not text; encode it first")
+            raise InvalidArgumentError("walk takes token ids (ints), not text; encode it first")
         s: State | None = self.initial_state if state is None else state
         for t in token_ids:
             s = self.next_state(s, _token_id(t))
@@ -522,7 +525,7 @@ def _token_id(token: Any) -> int:
             pass
         if isinstance(token, torch.Tensor) and token.numel() == 1 and not token.is_floating_point():
             return int(token)
-        raise GrammarError(f"a token id must be an int, got {token!r}")
+        raise InvalidArgumentError(f"a token id must be an int, got {token!r}")
     return token
 
 
@@ -571,8 +574,11 @@ class GrammarMatcher:
 
     def rollback(self, n: int = 1) -> None:
         """Undo the last ``n`` consumed tokens."""
-        if not 0 <= n <= len(self._tokens):
-            raise GrammarError(f"cannot roll back {n} of {len(self._tokens)} consumed tokens")
+        n = check_int("n", n)
+        if n > len(self._tokens):
+            raise InvalidArgumentError(
+                f"cannot roll back {n} of {len(self._tokens)} consumed tokens"
+            )
         if n:
             del self._states[-n:]
             del self._tokens[-n:]

@@ -28,8 +28,10 @@ from hf_fvo.grammar.errors import (
     GrammarError,
     GrammarTooLargeError,
     InvalidRegexError,
+    TokenizerError,
+    check_int,
 )
-from hf_fvo.grammar.sources import GrammarSource
+from hf_fvo.grammar.sources import GrammarSource, regex_problem
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
 __all__ = ["DEFAULT_MAX_STATES", "clear_cache", "compile_grammar"]
@@ -42,6 +44,7 @@ _UNICODE_CLASS = re.compile(r"\\[pP](?:\{[^}]*\}|[A-Za-z])")
 
 _CACHE = Memo(_CACHE_SIZE)
 _VOCAB_ARTIFACTS = Memo(4)
+_SENTINEL_CANDIDATES = Memo(4)
 T = TypeVar("T")
 
 
@@ -62,11 +65,8 @@ def compile_grammar(
     """Compile ``source`` for ``tokenizer``; cached by (source, tokenizer bytes, options)."""
     vocab = vocabulary_of(tokenizer, eos_token_id)
     size = resolve_vocab_size(vocab, vocab_size)
-    if max_length is not None and (
-        isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0
-    ):
-        raise GrammarError(f"max_length must be a non-negative int, got {max_length!r}")
-    limit = DEFAULT_MAX_STATES if max_states is None else int(max_states)
+    check_int("max_length", max_length, optional=True)
+    limit = DEFAULT_MAX_STATES if max_states is None else check_int("max_states", max_states)
     key = (source.kind, source.regex, vocab.fingerprint, size, max_length)
     return _CACHE.get_or_build(key, lambda: _compile(source, vocab, size, max_length, limit))
 
@@ -75,12 +75,11 @@ def resolve_vocab_size(vocab: TokenVocabulary, vocab_size: int | None) -> int:
     """The mask length: ``vocab_size`` checked against the vocabulary (default: its length)."""
     if vocab_size is None:
         return len(vocab)
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
-        raise GrammarError(f"vocab_size must be a positive int, got {vocab_size!r}")
+    check_int("vocab_size", vocab_size, minimum=1)
     if vocab_size < len(vocab):
         cut = [i for i in range(vocab_size, len(vocab)) if vocab.token_bytes[i] is not None]
         if cut or any(e >= vocab_size for e in vocab.eos_token_ids):
-            raise GrammarError(
+            raise TokenizerError(
                 f"vocab_size={vocab_size} is smaller than the tokenizer's {len(vocab)} ids "
                 "and would cut off usable tokens; pass model.config.vocab_size"
             )
@@ -96,7 +95,7 @@ def _compile(
 ) -> TokenAutomaton:
     from outlines_core import Index, Vocabulary
 
-    sigma, outlines_vocab, avoid, lengths = _vocabulary_artifacts(vocab)
+    sigma, outlines_vocab, avoid, lengths = _vocabulary_artifacts(vocab, source.regex)
     wrapped = f"(?:{source.regex}){sigma}"
     fake_id = len(vocab)
     _check_repetition_size(source, limit)
@@ -213,25 +212,44 @@ def _translate(exc: BaseException, source: GrammarSource, stage: str) -> Grammar
             f"{source.description}: anchors (^, $, \\A, \\z) are not supported; the whole "
             "text is always matched"
         )
-    hint = ""
-    if source.kind == "regex":
-        try:
-            re.compile(source.regex)
-        except re.error as py_exc:  # Python's parser names the position of a syntax error
-            hint = f" (Python's parser: {py_exc})"
-    return InvalidRegexError(
-        f"{source.description} cannot be compiled by outlines-core: {message}{hint}"
-    )
+    problem = regex_problem(source.regex)  # outlines-core's own messages name no feature
+    if problem:
+        return InvalidRegexError(f"{source.description}: {problem}")
+    return InvalidRegexError(f"{source.description} cannot be compiled by outlines-core: {message}")
 
 
-def _sentinel(vocab: TokenVocabulary) -> str:
-    """A character no token contains: a Unicode noncharacter (reserved for internal use)."""
-    candidates = [*range(0xFDD0, 0xFDF0), 0xFFFE, 0xFFFF, *range(0xE000, 0xF900)]
-    for cp in candidates:
+_SENTINELS = (*range(0xFDD0, 0xFDF0), 0xFFFE, 0xFFFF, *range(0xE000, 0xF900))
+_CODE_POINT_ESCAPE = re.compile(
+    r"\\(?:x\{([0-9a-fA-F]+)\}|u\{([0-9a-fA-F]+)\}|u([0-9a-fA-F]{4})|x([0-9a-fA-F]{2}))"
+)
+
+
+def _sentinels(vocab: TokenVocabulary) -> list[str]:
+    """Characters no token contains, best first: Unicode noncharacters (reserved for internal
+    use), then private-use characters."""
+    found = []
+    for cp in _SENTINELS:
         enc = chr(cp).encode()
         if not any(b and enc in b for b in vocab.token_bytes):
-            return chr(cp)
-    raise GrammarError("every candidate sentinel character occurs in some token; cannot compile")
+            found.append(chr(cp))
+            if len(found) == 8:
+                break
+    return found
+
+
+def _sentinel(candidates: Sequence[str], regex: str) -> str:
+    """The first candidate the grammar's text does not name (literally or by a code-point
+    escape), so that a choice or regex spelling a noncharacter keeps it."""
+    named = set(regex)
+    for m in _CODE_POINT_ESCAPE.finditer(regex):
+        named.add(chr(int(next(g for g in m.groups() if g), 16)))
+    for sigma in candidates:
+        if sigma not in named:
+            return sigma
+    raise InvalidRegexError(
+        "the grammar names every character hf_fvo can reserve as its internal sentinel "
+        f"({', '.join(f'U+{ord(c):04X}' for c in candidates)}); use backend='pushdown'"
+    )
 
 
 def _avoidance_steps(vocab: TokenVocabulary, sigma: str) -> np.ndarray:
@@ -267,12 +285,17 @@ def _avoidance_steps(vocab: TokenVocabulary, sigma: str) -> np.ndarray:
     return steps
 
 
-def _vocabulary_artifacts(vocab: TokenVocabulary) -> tuple[str, Any, np.ndarray, np.ndarray]:
-    """Per tokenizer, once: sentinel, outlines-core Vocabulary, σ-avoidance steps, char lengths."""
+def _vocabulary_artifacts(
+    vocab: TokenVocabulary, regex: str
+) -> tuple[str, Any, np.ndarray, np.ndarray]:
+    """Per tokenizer and sentinel, once: the sentinel σ for ``regex``, the outlines-core
+    Vocabulary with σ's fake token, σ-avoidance steps, char lengths."""
     from outlines_core import Vocabulary
 
+    candidates = _SENTINEL_CANDIDATES.get_or_build(vocab.fingerprint, lambda: _sentinels(vocab))
+    sigma = _sentinel(candidates, regex)
+
     def build() -> tuple[str, Any, np.ndarray, np.ndarray]:
-        sigma = _sentinel(vocab)
         table = vocab.byte_map()
         table[sigma.encode()] = [len(vocab)]  # the fake token
         return (
@@ -282,7 +305,7 @@ def _vocabulary_artifacts(vocab: TokenVocabulary) -> tuple[str, Any, np.ndarray,
             _char_lengths(vocab),
         )
 
-    return _VOCAB_ARTIFACTS.get_or_build(vocab.fingerprint, build)
+    return _VOCAB_ARTIFACTS.get_or_build((vocab.fingerprint, sigma), build)
 
 
 Edges = dict[int, tuple[np.ndarray, np.ndarray]]

@@ -1,14 +1,40 @@
-"""Errors raised while compiling a grammar into a token automaton.
+"""hf_fvo's errors, and the argument checks that raise them.
 
 Every error is a :class:`GrammarError`, which subclasses :class:`ValueError`, so
-``except ValueError`` keeps working for callers that do not care about the cause.
+``except ValueError`` keeps working for callers that do not care about the cause;
+:class:`InvalidArgumentError` is also a :class:`TypeError`. ``docs/errors.md`` lists what each
+means and what to do about it.
 """
 
 from __future__ import annotations
 
+import numbers
+from typing import Any
+
+__all__ = [
+    "ConstraintConflictError",
+    "EmptyLanguageError",
+    "GrammarError",
+    "GrammarTooLargeError",
+    "InfiniteLanguageError",
+    "InvalidArgumentError",
+    "InvalidGrammarError",
+    "InvalidRegexError",
+    "NonFiniteScoresError",
+    "OutOfGrammarError",
+    "TokenizerError",
+    "UnsupportedSchemaError",
+    "check_int",
+    "check_real",
+]
+
 
 class GrammarError(ValueError):
-    """Base class: the grammar cannot be compiled for this tokenizer."""
+    """Base class of every hf_fvo error: constrained generation cannot proceed as asked."""
+
+
+class InvalidArgumentError(GrammarError, TypeError):
+    """An argument has the wrong type, shape or range (named in the message)."""
 
 
 class InvalidGrammarError(GrammarError):
@@ -24,7 +50,8 @@ class UnsupportedSchemaError(GrammarError):
 
 
 class EmptyLanguageError(GrammarError):
-    """No token sequence of this tokenizer spells a member of the language."""
+    """No token sequence of this tokenizer spells a member of the language (within the budget,
+    where one is given)."""
 
 
 class InfiniteLanguageError(GrammarError):
@@ -36,8 +63,74 @@ class GrammarTooLargeError(GrammarError):
 
 
 class TokenizerError(GrammarError):
-    """The tokenizer cannot be mapped to token bytes."""
+    """The tokenizer cannot be mapped to token bytes, or the grammar was compiled for another."""
 
 
 class OutOfGrammarError(GrammarError):
     """A token sequence leaves the language (raised where a walk must succeed)."""
+
+
+class ConstraintConflictError(GrammarError):
+    """Another constraint leaves no admissible token: a logits processor that runs before the
+    grammar's (``no_repeat_ngram_size``, ``suppress_tokens``, ``bad_words_ids``, a minimum
+    length…), or scores that are not finite on every admissible token."""
+
+
+class NonFiniteScoresError(GrammarError):
+    """The model's scores are NaN or +inf on an admissible token, so its probability is unknown."""
+
+
+def check_int(
+    name: str, value: Any, *, minimum: int | None = 0, optional: bool = False
+) -> int | None:
+    """``value`` as an int ≥ ``minimum``, or :class:`InvalidArgumentError` naming ``name``.
+
+    Example:
+        >>> from hf_fvo.grammar.errors import check_int
+        >>> check_int("max_nodes", 10, minimum=1)
+        10
+        >>> check_int("max_nodes", "many")
+        Traceback (most recent call last):
+        ...
+        hf_fvo.grammar.errors.InvalidArgumentError: max_nodes must be an int ≥ 0, got 'many'
+    """
+    if value is None and optional:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or (minimum is not None and value < minimum)
+    ):
+        bound = "" if minimum is None else f" ≥ {minimum}"
+        raise InvalidArgumentError(f"{name} must be an int{bound}, got {value!r}")
+    return int(value)
+
+
+def check_real(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """``value`` as a finite float in the interval, or :class:`InvalidArgumentError`.
+
+    Example:
+        >>> from hf_fvo.grammar.errors import check_real
+        >>> check_real("tol", 1e-9, low=0.0, high=1.0, high_open=True)
+        1e-09
+    """
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    x = float(value) if ok else float("nan")
+    ok = ok and x == x and abs(x) != float("inf")
+    if ok and low is not None:
+        ok = x > low if low_open else x >= low
+    if ok and high is not None:
+        ok = x < high if high_open else x <= high
+    if not ok:
+        lo = "(-inf" if low is None else ("(" if low_open else "[") + f"{low:g}"
+        hi = "inf)" if high is None else f"{high:g}" + (")" if high_open else "]")
+        raise InvalidArgumentError(f"{name} must be a finite number in {lo}, {hi}, got {value!r}")
+    return x

@@ -255,7 +255,11 @@ class _Cleaner:
 
     def schema(self, node: Any, path: str, base: str, depth: int) -> Any:
         if depth > MAX_DEPTH:
-            raise UnsupportedSchemaError(f"{path}: the schema nests deeper than {MAX_DEPTH} levels")
+            parts = path.split("/")
+            where = "/".join([*parts[:4], f"…({len(parts) - 6} levels)…", *parts[-2:]])
+            raise UnsupportedSchemaError(
+                f"{where}: the schema nests deeper than {MAX_DEPTH} levels"
+            )
         if isinstance(node, bool):
             return node
         if not isinstance(node, dict):
@@ -272,8 +276,15 @@ class _Cleaner:
         out: dict[str, Any] = {}
         for key, value in node.items():
             here = _pointer(path, key)
-            if key in _ANNOTATIONS or key in ("$defs", "definitions"):
+            if key in ("$defs", "definitions"):
+                if not isinstance(value, dict):
+                    raise UnsupportedSchemaError(
+                        f"{here}: {key} must be an object mapping names to schemas, got "
+                        f"{_short(value)}"
+                    )
                 continue  # definitions are reached through the references that use them
+            if key in _ANNOTATIONS:
+                continue
             handler = _HANDLERS.get(key)
             if handler is None:
                 continue  # an unknown keyword is an annotation (JSON Schema §6.5)

@@ -33,6 +33,7 @@ from hf_fvo.grammar.errors import (
     EmptyLanguageError,
     GrammarError,
     GrammarTooLargeError,
+    InvalidArgumentError,
     InvalidGrammarError,
     InvalidRegexError,
     UnsupportedSchemaError,
@@ -237,7 +238,7 @@ class PushdownGrammar(Grammar):
 
     def _check_state(self, state: Any) -> None:
         if not isinstance(state, PushdownState) or state._owner is not self:
-            raise GrammarError(f"{state!r} is not a state of this grammar ({self._source})")
+            raise InvalidArgumentError(f"{state!r} is not a state of this grammar ({self._source})")
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -274,9 +275,9 @@ def compile_json_schema(
 ) -> PushdownGrammar:
     """A JSON schema as a pushdown grammar (see :meth:`Grammar.from_json_schema`)."""
     from hf_fvo.grammar.json_schema import prepare_json_schema
+    from hf_fvo.grammar.sources import check_whitespace
 
-    if whitespace is not None and not isinstance(whitespace, str):
-        raise UnsupportedSchemaError(f"whitespace must be a regex str or None, not {whitespace!r}")
+    check_whitespace(whitespace)
     prepared = prepare_json_schema(schema, strict=strict)
     body = prepared.schema
     if body is False:

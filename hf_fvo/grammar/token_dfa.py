@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from hf_fvo.grammar.automaton import TokenAutomaton
-from hf_fvo.grammar.errors import GrammarError
+from hf_fvo.grammar.errors import InvalidArgumentError, check_int
 
 __all__ = ["budget_language", "from_transitions"]
 
@@ -33,7 +33,8 @@ def from_transitions(
     accepting states and must not appear in ``transitions``.
 
     Raises:
-        GrammarError: a token id outside ``[0, vocab_size)``, an EOS transition, or a bad label.
+        InvalidArgumentError: a token id outside ``[0, vocab_size)``, an EOS transition, or a
+            label that is not a non-negative int.
         EmptyLanguageError: no accepting state is reachable.
 
     Example:
@@ -45,27 +46,42 @@ def from_transitions(
     """
     from hf_fvo.grammar.compile import assemble
 
-    eos = (eos_token_id,) if isinstance(eos_token_id, int) else tuple(eos_token_id)
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
-        raise GrammarError(f"vocab_size must be a positive int, got {vocab_size!r}")
-    if not eos or any(not 0 <= int(e) < vocab_size for e in eos):
-        raise GrammarError(f"eos_token_id {eos_token_id!r} must lie in [0, {vocab_size})")
+    vocab_size = check_int("vocab_size", vocab_size, minimum=1)
+    ids = [eos_token_id] if not isinstance(eos_token_id, (list, tuple)) else list(eos_token_id)
+    eos = tuple(check_int("eos_token_id", e) for e in ids)
+    if not eos or any(e >= vocab_size for e in eos):
+        raise InvalidArgumentError(f"eos_token_id {eos_token_id!r} must lie in [0, {vocab_size})")
+    if not isinstance(transitions, Mapping):
+        raise InvalidArgumentError(
+            "transitions must be a dict {state: {token_id: next_state}}, got "
+            f"{type(transitions).__name__}"
+        )
+    if isinstance(accepting, (str, bytes)) or not isinstance(accepting, Iterable):
+        raise InvalidArgumentError(
+            f"accepting must be a collection of state labels, got {type(accepting).__name__}"
+        )
+    if not isinstance(source, str):
+        raise InvalidArgumentError(f"source must be a str, got {type(source).__name__}")
     edges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for state, row in transitions.items():
-        toks = np.fromiter((int(t) for t in row), dtype=np.int64, count=len(row))
-        dsts = np.fromiter((int(d) for d in row.values()), dtype=np.int64, count=len(row))
-        bad = [int(t) for t in toks if not 0 <= t < vocab_size or t in eos]
+        state = check_int("a state label", state)
+        if not isinstance(row, Mapping):
+            raise InvalidArgumentError(
+                f"state {state}: transitions must map token ids to next states, got "
+                f"{type(row).__name__}"
+            )
+        toks = np.array([check_int("a token id", t) for t in row], dtype=np.int64)
+        dsts = np.array([check_int("a state label", d) for d in row.values()], dtype=np.int64)
+        bad = [int(t) for t in toks if t >= vocab_size or t in eos]
         if bad:
-            raise GrammarError(
+            raise InvalidArgumentError(
                 f"state {state}: token {bad[0]} is EOS or outside [0, {vocab_size}); EOS is "
                 "implied at accepting states"
             )
-        if (len(dsts) and dsts.min() < 0) or int(state) < 0:
-            raise GrammarError("state labels must be non-negative ints")
-        edges[int(state)] = (toks, dsts)
-    accept = {int(s) for s in accepting}
+        edges[state] = (toks, dsts)
+    accept = {check_int("an accepting state label", s) for s in accepting}
     return assemble(
-        edges, int(initial_state), accept, eos, vocab_size, source,
+        edges, check_int("initial_state", initial_state), accept, eos, vocab_size, source,
         empty_reason="no accepting state is reachable",
     )  # fmt: skip
 
@@ -83,11 +99,11 @@ def budget_language(
         >>> g.is_accepting(g.walk([0, 1, 0, 0])), g.walk([1, 1])
         (True, None)
     """
-    for name, value in (("n", n), ("k", k)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise GrammarError(f"{name} must be a non-negative int, got {value!r}")
+    n, k = check_int("n", n), check_int("k", k)
+    for name, value in (("zero", zero), ("one", one), ("eos_token_id", eos_token_id)):
+        check_int(name, value)
     if len({zero, one, eos_token_id}) != 3:
-        raise GrammarError("zero, one and eos_token_id must be three different token ids")
+        raise InvalidArgumentError("zero, one and eos_token_id must be three different token ids")
     label = {(t, c): t * (k + 1) + c for t in range(n + 1) for c in range(k + 1)}
     transitions: dict[int, dict[int, int]] = {}
     for (t, c), s in label.items():

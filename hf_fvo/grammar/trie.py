@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from hf_fvo.grammar.errors import EmptyLanguageError, GrammarTooLargeError, InfiniteLanguageError
+from hf_fvo.grammar.errors import (
+    EmptyLanguageError,
+    GrammarTooLargeError,
+    InfiniteLanguageError,
+    InvalidArgumentError,
+)
 
 if TYPE_CHECKING:
     from hf_fvo.grammar.automaton import TokenAutomaton as Grammar
@@ -89,7 +94,7 @@ def build_token_trie(
     if max_new_tokens is not None and (
         isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
     ):
-        raise TypeError(f"max_new_tokens must be an int or None, got {max_new_tokens!r}")
+        raise InvalidArgumentError(f"max_new_tokens must be an int or None, got {max_new_tokens!r}")
     if max_new_tokens is not None and grammar.min_tokens_to_accept(start) + 1 > max_new_tokens:
         raise EmptyLanguageError(
             f"no member fits in max_new_tokens={max_new_tokens}: the shortest needs "

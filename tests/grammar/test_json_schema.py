@@ -207,6 +207,8 @@ def test_strict_objects_and_the_spec_language(smol_tokenizer):
         ({"type": "object", "properties": [1]}, "#/properties: properties must be an object"),
         ({"type": "foo"}, "#/type: unknown type 'foo'"),
         ({"type": "string", "format": ["date"]}, "#/format: format must be a string"),
+        ({"type": "integer", "$defs": ["a"]}, "#/\\$defs: \\$defs must be an object"),
+        ({"type": "integer", "definitions": 3}, "#/definitions: definitions must be an object"),
         ("{not json", "not valid JSON"),
         ([1, 2], "must be a dict"),
     ],
@@ -278,8 +280,8 @@ def test_automaton_backend_refuses_what_it_does_not_lower(smol_tokenizer):
 
 def test_compact_default_and_flexible_whitespace(smol_tokenizer):
     tok = smol_tokenizer
-    schema = {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "integer"}}},
-              "required": ["a"]}  # fmt: skip
+    schema = {"type": "object", "required": ["a"],
+              "properties": {"a": {"type": "array", "items": {"type": "integer"}}}}  # fmt: skip
     pretty = '{\n  "a": [\n    1,\n    2\n  ]\n}'
     compact = Grammar.from_json_schema(schema, tok, whitespace="")
     default = Grammar.from_json_schema(schema, tok)  # one optional space, as in Outlines
