@@ -8,7 +8,6 @@ token trie best-first by each law's own path probability, until the unexplored m
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 
 from hf_fvo.grammar import Grammar, GrammarTooLargeError, InfiniteLanguageError
+from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi import (
     ExactPhi,
     PhiContext,
@@ -25,6 +25,7 @@ from hf_fvo.phi import (
     TrieExploration,
     make_estimator,
 )
+from hf_fvo.phi.frontier import BestFirstFrontier
 
 __all__ = [
     "TerminalLaw",
@@ -67,10 +68,10 @@ class TerminalLaw:
             {(1,): 0.75, (2,): 0.25}
         """
         if not logs:
-            raise ValueError("a terminal law needs at least one sequence")
+            raise InvalidArgumentError("a terminal law needs at least one sequence")
         z = np.logaddexp.reduce(np.array(list(logs.values()), dtype=np.float64))
         if not np.isfinite(z):
-            raise ValueError("every sequence has zero weight")
+            raise InvalidArgumentError("every sequence has zero weight")
         return cls({k: math.exp(v - z) for k, v in logs.items()}, residual, forwards)
 
     def tv(self, other: TerminalLaw) -> float:
@@ -158,8 +159,14 @@ def sampling_law(
     tol: float = 0.0,
     max_nodes: int = 100_000,
     batch_size: int = 32,
+    max_stored: int = 20_000_000,
 ) -> TerminalLaw:
-    """The law of sampling μ̂_t ∝ p_t·Φ̂_t step by step (``"uniform"``: μ_proj).
+    """The law of sampling μ̂_t ∝ p_t·Φ̂_t step by step (``"uniform"``: μ_proj), explored best
+    first until the unexplored mass is at most ``tol``.
+
+    Raises:
+        GrammarTooLargeError: more than ``max_nodes`` forwards, or more than ``max_stored``
+            candidate tokens kept in memory, before the unexplored mass fell to ``tol``.
 
     Example:
         >>> import torch
@@ -177,7 +184,7 @@ def sampling_law(
     phi = make_estimator(phi, grammar, model)
     logs, residual, forwards = _explore(
         grammar, PrefixLM.wrap(model, batch_size=batch_size), prompt, max_new_tokens, tol,
-        max_nodes, phi,
+        max_nodes, phi, max_stored,
     )  # fmt: skip
     return TerminalLaw({k: math.exp(v) for k, v in logs.items()}, residual, forwards)
 
@@ -219,7 +226,7 @@ def sampling_law_on(
     lm = PrefixLM.wrap(model, batch_size=batch_size)
     phi = make_estimator(phi, grammar, model)
     if exploration is not None and (tuple(exploration.prompt) != tuple(prompt) or exploration.root):
-        raise ValueError("the exploration must start at the root after the same prompt")
+        raise InvalidArgumentError("the exploration must start at the root after the same prompt")
     sequences = [tuple(s) for s in sequences]
     needed: dict[tuple[int, ...], set[int]] = {}
     for seq in sequences:
@@ -233,7 +240,7 @@ def sampling_law_on(
     def keep(prefix: tuple[int, ...], row: torch.Tensor) -> None:
         state = grammar.walk(prefix)
         if state is None:
-            raise ValueError(f"the sequence prefix {prefix} leaves {grammar.source}")
+            raise InvalidArgumentError(f"the sequence prefix {prefix} leaves {grammar.source}")
         ctx = PhiContext(state, prefix, row, None, prompt)
         logp = torch.log_softmax(row[: grammar.vocab_size] + phi.log_phi(ctx), 0)
         for tok in needed[prefix]:  # keep only the needed entries: rows are vocabulary-wide
@@ -288,6 +295,7 @@ def _explore(
     tol: float,
     max_nodes: int,
     phi: PhiEstimator,
+    max_stored: int = 20_000_000,
 ) -> tuple[dict[tuple[int, ...], float], float, int]:
     """Best-first over prefixes by the law's own path log-weight (steps ∝ p_t·Φ̂_t).
 
@@ -299,25 +307,19 @@ def _explore(
             f"{grammar.source} is infinite (or, as a pushdown grammar, not known to be finite): "
             "pass max_new_tokens"
         )
-    eos = set(grammar.eos_token_ids)
+    eos = np.array(sorted(grammar.eos_token_ids), dtype=np.int64)
     forwards_before = lm.forwards
-    heap: list[tuple[float, int, tuple[int, ...], int]] = [(0.0, 0, (), grammar.initial_state)]
-    pending = {(): 0.0}
+    frontier = BestFirstFrontier()
     done: dict[tuple[int, ...], float] = {}
-    counter, expanded = 1, 0
+    expanded = stored = 0
     log_tol = math.log(tol) if tol > 0 else -math.inf
-    while heap:
-        if done and np.logaddexp.reduce(np.array(list(pending.values()))) <= log_tol:
-            break
-        batch = []
-        while heap and len(batch) < lm.batch_size:
-            neg, _, prefix, state = heapq.heappop(heap)
-            pending.pop(prefix, None)
-            batch.append((-neg, prefix, state))
+    batch: list[tuple[float, tuple[int, ...], Any]] = [(0.0, (), grammar.initial_state)]
+    while batch:
         expanded += len(batch)
         if expanded > max_nodes:
             raise GrammarTooLargeError(
-                f"the terminal law needs more than max_nodes={max_nodes} forwards; raise tol"
+                f"the terminal law needs more than max_nodes={max_nodes} forwards (unexplored "
+                f"mass {math.exp(frontier.log_mass()):.3g}); raise tol"
             )
         rows = lm.next_logprobs(prompt, [p for _, p, _ in batch])
         for (weight, prefix, state), row in zip(batch, rows, strict=True):
@@ -325,17 +327,24 @@ def _explore(
             log_phi = phi.log_phi(PhiContext(state, prefix, row, remaining, prompt))
             children = torch.nonzero(torch.isfinite(log_phi)).flatten()
             step = torch.log_softmax(row[children] + log_phi[children], 0)
-            for tok, lp in zip(children.tolist(), step.tolist(), strict=True):
-                if lp == -math.inf:
-                    continue
-                child = (*prefix, tok)
-                if tok in eos:
-                    done[child] = weight + lp
-                else:
-                    heapq.heappush(
-                        heap, (-(weight + lp), counter, child, grammar.next_state(state, tok))
-                    )
-                    pending[child] = weight + lp
-                    counter += 1
-    residual = math.exp(np.logaddexp.reduce(np.array(list(pending.values())))) if pending else 0.0
+            toks, lps = children.numpy(), step.numpy()
+            ends = np.isin(toks, eos) & np.isfinite(lps)
+            for tok, lp in zip(toks[ends].tolist(), lps[ends].tolist(), strict=True):
+                done[(*prefix, tok)] = weight + lp
+            rest = ~np.isin(toks, eos)
+            frontier.add(prefix, state, weight, toks[rest], lps[rest])
+            stored += int(rest.sum())
+        if stored > max_stored:
+            raise GrammarTooLargeError(
+                f"the terminal law needs more than max_stored={max_stored} candidate tokens in "
+                f"memory (unexplored mass {math.exp(frontier.log_mass()):.3g} after {expanded} "
+                "forwards); raise tol or lower max_new_tokens"
+            )
+        if done and frontier.log_mass() <= log_tol:
+            break
+        batch = []
+        while len(frontier) and len(batch) < lm.batch_size:
+            weight, child, parent_state, tok = frontier.pop()
+            batch.append((weight, child, grammar.next_state(parent_state, tok)))
+    residual = math.exp(frontier.log_mass()) if len(frontier) else 0.0
     return done, residual, lm.forwards - forwards_before

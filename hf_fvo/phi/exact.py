@@ -11,7 +11,6 @@ error δ. All products are in log space, so Φ down to 1e-300 is exact.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -21,7 +20,9 @@ import numpy as np
 import torch
 
 from hf_fvo.grammar import Grammar, GrammarTooLargeError, InfiniteLanguageError
+from hf_fvo.grammar.errors import InvalidArgumentError, check_int, check_real
 from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
+from hf_fvo.phi.frontier import BestFirstFrontier
 from hf_fvo.phi.lm import PrefixLM
 
 __all__ = ["ExactPhi", "TrieExploration"]
@@ -95,11 +96,15 @@ class ExactPhi(PhiEstimator):
             :class:`PrefixLM` (whose row cache then serves several estimators and laws).
         tol: Stop exploring once unexplored mass ≤ ``tol`` × completed mass (0: explore all).
         max_nodes: Refuse explorations that would expand more nodes.
+        max_stored: Refuse explorations that would keep more candidate tokens in memory (16
+            bytes each; a free-text state admits ~10⁴ tokens per prefix).
         batch_size: Prefixes per forward.
         max_prompts: Explorations kept for this many prompts (least recently used dropped).
 
     Raises:
-        GrammarTooLargeError: the exploration needs more than ``max_nodes`` forwards.
+        GrammarTooLargeError: the exploration needs more than ``max_nodes`` forwards or
+            ``max_stored`` candidates; the message says how much mass was left unexplored.
+        InfiniteLanguageError: the language is infinite and no token budget was given.
 
     Example:
         >>> import torch
@@ -126,16 +131,16 @@ class ExactPhi(PhiEstimator):
         *,
         tol: float = 1e-12,
         max_nodes: int = 100_000,
+        max_stored: int = 20_000_000,
         batch_size: int = 32,
         max_prompts: int = 8,
     ) -> None:
         super().__init__(grammar, model)
-        self.max_prompts = int(max_prompts)
-        if not 0.0 <= tol < 1.0:
-            raise ValueError(f"tol must lie in [0, 1), got {tol}")
-        self.tol = float(tol)
-        self.max_nodes = int(max_nodes)
-        self.lm = PrefixLM.wrap(model, batch_size=batch_size)
+        self.max_prompts = check_int("max_prompts", max_prompts, minimum=1)
+        self.tol = check_real("tol", tol, low=0.0, high=1.0, high_open=True)
+        self.max_nodes = check_int("max_nodes", max_nodes, minimum=1)
+        self.max_stored = check_int("max_stored", max_stored, minimum=1)
+        self.lm = PrefixLM.wrap(model, batch_size=check_int("batch_size", batch_size, minimum=1))
         # explorations per (prompt, budget at the root), least recently used first
         self._explorations: OrderedDict[
             tuple[tuple[int, ...], int | None], list[TrieExploration]
@@ -184,7 +189,9 @@ class ExactPhi(PhiEstimator):
     def exploration(self, ctx: PhiContext) -> TrieExploration:
         """The exploration covering ``ctx.generated`` (explored on first use, then cached)."""
         if not ctx.prompt:
-            raise ValueError("the exact estimator needs the prompt token ids (PhiContext.prompt)")
+            raise InvalidArgumentError(
+                "the exact estimator needs the prompt token ids (PhiContext.prompt)"
+            )
         budget = None if ctx.remaining is None else ctx.remaining + len(ctx.generated)
         longest = self.grammar.max_tokens_to_accept(self.grammar.initial_state)
         if budget is not None and longest is not None and budget > longest:
@@ -213,54 +220,58 @@ class ExactPhi(PhiEstimator):
         self, prompt: tuple[int, ...], root: tuple[int, ...], state: int, budget: int | None
     ) -> TrieExploration:
         g = self.grammar
-        eos = set(g.eos_token_ids)
+        eos = np.array(sorted(g.eos_token_ids), dtype=np.int64)
         ex = TrieExploration(g, prompt, root, budget)
-        # heap of (−log path prob, tie-break, prefix, state); path prob is relative to the root
-        heap: list[tuple[float, int, tuple[int, ...], int]] = [(0.0, 0, root, state)]
-        counter = 1
-        frontier_logs: dict[tuple[int, ...], float] = {root: 0.0}
+        frontier = BestFirstFrontier()  # path log-probabilities are relative to the root
         done_log = -math.inf  # log of completed (EOS) mass
         log_tol = math.log(self.tol) if self.tol > 0 else -math.inf
-        while heap:
-            frontier = torch.tensor(list(frontier_logs.values()), dtype=torch.float64)
-            frontier_log = torch.logsumexp(frontier, 0).item()
-            if done_log > -math.inf and frontier_log <= log_tol + done_log:
-                break
-            batch = []
-            while heap and len(batch) < self.lm.batch_size:
-                neg, _, prefix, s = heapq.heappop(heap)
-                frontier_logs.pop(prefix, None)
-                batch.append((-neg, prefix, s))
+        stored = 0
+        batch: list[tuple[float, tuple[int, ...], Any]] = [(0.0, root, state)]
+        while batch:
             if len(ex.nodes) + len(batch) > self.max_nodes:
-                raise GrammarTooLargeError(
-                    f"exact Φ needs more than max_nodes={self.max_nodes} forwards for "
-                    f"{g.source}; raise tol or max_nodes, or use another estimator"
-                )
+                raise self._too_large(f"more than max_nodes={self.max_nodes} forwards", ex,
+                                      frontier, done_log)  # fmt: skip
             rows = self.lm.next_logprobs(prompt, [p for _, p, _ in batch])
             for (logp_path, prefix, s), row in zip(batch, rows, strict=True):
                 remaining = None if budget is None else budget - (len(prefix) - len(root))
-                mask = admissible_mask(g, s, remaining)
-                children = torch.nonzero(mask).flatten()
+                children = torch.nonzero(admissible_mask(g, s, remaining)).flatten()
                 child_logp = row[children]
                 ex.nodes[prefix] = _Node(s, children, child_logp)
                 ex.order.append(prefix)
-                for tok, lp in zip(children.tolist(), child_logp.tolist(), strict=True):
-                    if lp == -math.inf:
-                        continue
-                    if tok in eos:
-                        done_log = float(np.logaddexp(done_log, logp_path + lp))
-                        continue
-                    child = (*prefix, tok)
-                    heapq.heappush(heap, (-(logp_path + lp), counter, child, g.next_state(s, tok)))
-                    frontier_logs[child] = logp_path + lp
-                    counter += 1
-        if frontier_logs:
-            rest = torch.logsumexp(
-                torch.tensor(list(frontier_logs.values()), dtype=torch.float64), 0
-            ).item()
+                stored += len(children)
+                toks, lps = children.numpy(), child_logp.numpy()
+                ends = np.isin(toks, eos)
+                if ends.any():
+                    done_log = float(np.logaddexp.reduce([done_log, *(logp_path + lps[ends])]))
+                frontier.add(prefix, s, logp_path, toks[~ends], lps[~ends])
+            if stored > self.max_stored:
+                raise self._too_large(
+                    f"more than max_stored={self.max_stored} candidate tokens in memory (the "
+                    "language branches widely)", ex, frontier, done_log,
+                )  # fmt: skip
+            if done_log > -math.inf and frontier.log_mass() <= log_tol + done_log:
+                break
+            batch = []
+            while len(frontier) and len(batch) < self.lm.batch_size:
+                logp_path, child, parent_state, tok = frontier.pop()
+                batch.append((logp_path, child, g.next_state(parent_state, tok)))
+        if len(frontier):
+            rest = frontier.log_mass()
             ex.residual = math.exp(rest - done_log) if done_log > -math.inf else math.inf
         self._backward(ex)
         return ex
+
+    def _too_large(
+        self, what: str, ex: TrieExploration, frontier: BestFirstFrontier, done_log: float
+    ) -> GrammarTooLargeError:
+        left = frontier.log_mass()
+        ratio = math.exp(left - done_log) if done_log > -math.inf else math.inf
+        return GrammarTooLargeError(
+            f"exact Φ on {self.grammar.source} needs {what}: after expanding {len(ex.nodes)} "
+            f"prefixes the unexplored mass is {ratio:.3g} × the completed mass (tol "
+            f"{self.tol:g}); raise tol, max_nodes or max_stored, lower max_new_tokens, or use "
+            "another estimator"
+        )
 
     def _backward(self, ex: TrieExploration) -> None:
         """log Φ_lo / log Φ_hi per child, children before parents (reverse expansion order)."""
