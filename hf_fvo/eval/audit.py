@@ -19,6 +19,7 @@ import torch
 
 from hf_fvo.eval.laws import TerminalLaw, sampling_law
 from hf_fvo.grammar import Grammar, GrammarTooLargeError
+from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi import ExactPhi, PrefixLM
 
 __all__ = ["AuditReport", "Branch", "audit"]
@@ -145,7 +146,7 @@ def audit(
                 residual=(star.residual + proj.residual) / 2, branches=branches, samples=samples,
             )  # fmt: skip
     if samples < 2:
-        raise ValueError("a sampled audit needs samples ≥ 2")
+        raise InvalidArgumentError("a sampled audit needs samples ≥ 2")
     masked = [text(s) for s in _draws(hf_fvo, model, ids, grammar, "uniform", samples,
                                       max_new_tokens)]  # fmt: skip
     out = hf_fvo.generate(model, ids.expand(samples, -1), grammar=grammar, phi=phi,

@@ -23,6 +23,7 @@ from hf_fvo.eval.audit import _two_sample_tv
 from hf_fvo.eval.laws import TerminalLaw, sampling_law, sampling_law_on
 from hf_fvo.eval.product import product_tv
 from hf_fvo.grammar import Grammar, GrammarTooLargeError, TokenVocabulary
+from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi import ExactPhi, PrefixLM
 
 __all__ = ["COLUMNS", "SUITES", "load_suite", "run_row", "suite_grammar", "suite_model"]
@@ -70,7 +71,7 @@ def load_suite(name: str) -> Any:
         )
     missing = [c for c in COLUMNS if c not in ds.column_names]
     if missing:
-        raise ValueError(f"suite {name!r} lacks the columns {missing}")
+        raise InvalidArgumentError(f"suite {name!r} lacks the columns {missing}")
     return ds
 
 
@@ -86,7 +87,7 @@ def suite_model(row: dict, default: Any) -> Any:
         p1, e = json.loads(row["grammar"])["p1"], 0.05  # any EOS probability gives the same laws
         return MarkovLM.from_table([[(1 - e) * (1 - p1), (1 - e) * p1, e]] * 3, eos_token_id=2,
                                    pad_token_id=2)  # fmt: skip
-    raise ValueError(f"row {row['name']!r}: unknown model {row['model']!r}")
+    raise InvalidArgumentError(f"row {row['name']!r}: unknown model {row['model']!r}")
 
 
 def suite_grammar(row: dict, tokenizer: Any, vocab_size: int) -> tuple[Grammar, tuple[int, ...]]:
@@ -107,7 +108,7 @@ def suite_grammar(row: dict, tokenizer: Any, vocab_size: int) -> tuple[Grammar, 
     elif family == "choices":
         g = Grammar.from_choices(spec, tokenizer, vocab_size=vocab_size)
     else:
-        raise ValueError(f"row {row['name']!r}: unknown family {family!r}")
+        raise InvalidArgumentError(f"row {row['name']!r}: unknown family {family!r}")
     messages = [{"role": "user", "content": row["prompt"]}]
     if getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,

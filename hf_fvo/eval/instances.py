@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from hf_fvo.grammar import Grammar, TokenVocabulary
+from hf_fvo.grammar.errors import InvalidArgumentError
 
 __all__ = ["accepting_serialization", "schema_key_order"]
 
@@ -93,7 +94,7 @@ class _Spelling:
                     i += size
                     break
             else:
-                raise ValueError(f"no token spells byte {data[i]:#x}")
+                raise InvalidArgumentError(f"no token spells byte {data[i]:#x}")
         return out
 
 

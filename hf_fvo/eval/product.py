@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from hf_fvo.grammar import Grammar, GrammarTooLargeError
+from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi import PhiContext, PhiEstimator, make_estimator
 
 __all__ = ["ProductComparison", "product_tv"]
@@ -80,11 +81,13 @@ def product_tv(
     from hf_fvo.models.markov import MarkovLM
 
     if not isinstance(model, MarkovLM):
-        raise TypeError(f"product_tv needs an hf_fvo.models.MarkovLM, got {type(model).__name__}")
+        raise InvalidArgumentError(
+            f"product_tv needs an hf_fvo.models.MarkovLM, got {type(model).__name__}"
+        )
     if max_new_tokens is None:
         longest = grammar.max_tokens_to_accept(grammar.initial_state)
         if longest is None:
-            raise ValueError(f"{grammar.source} is infinite: pass max_new_tokens")
+            raise InvalidArgumentError(f"{grammar.source} is infinite: pass max_new_tokens")
         max_new_tokens = longest + 1
     est_a = make_estimator(phi_a, grammar, model)
     est_b = make_estimator(phi_b, grammar, model)

@@ -27,6 +27,8 @@ from transformers import (
 )
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from hf_fvo.grammar.errors import InvalidArgumentError
+
 __all__ = ["MarkovConfig", "MarkovLM"]
 
 
@@ -106,11 +108,11 @@ class MarkovLM(PreTrainedModel, GenerationMixin):
             order = t.dim() - 1 if t.dim() > 2 else _order_of(t.shape[0], vocab)
         t = t.reshape(-1, vocab)
         if t.shape[0] != vocab**order:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"a table of order {order} over {vocab} tokens needs {vocab**order} rows"
             )
         if (t < 0).any() or not torch.allclose(t.sum(-1), torch.ones(len(t), dtype=t.dtype)):
-            raise ValueError("transition rows must be non-negative and sum to 1")
+            raise InvalidArgumentError("transition rows must be non-negative and sum to 1")
         model = cls(MarkovConfig(vocab_size=vocab, order=order, **config_kwargs))
         with torch.no_grad():
             model.log_probs.copy_(t.log())
@@ -123,7 +125,7 @@ class MarkovLM(PreTrainedModel, GenerationMixin):
     ) -> MarkovLM:  # fmt: skip
         """Rows softmax(g / temperature) with i.i.d. standard normal logits g (seeded)."""
         if temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
+            raise InvalidArgumentError(f"temperature must be positive, got {temperature}")
         g = torch.Generator().manual_seed(seed)
         logits = torch.randn(vocab_size**order, vocab_size, generator=g, dtype=torch.float64)
         table = torch.softmax(logits / temperature, dim=-1)
@@ -137,14 +139,16 @@ class MarkovLM(PreTrainedModel, GenerationMixin):
         """Maximum likelihood with add-k smoothing from token sequences (contexts before the
         first token read ``start_token_id``)."""
         if add_k < 0:
-            raise ValueError(f"add_k must be non-negative, got {add_k}")
+            raise InvalidArgumentError(f"add_k must be non-negative, got {add_k}")
         config = MarkovConfig(vocab_size=vocab_size, order=order, **config_kwargs)
         counts = torch.full((vocab_size**order, vocab_size), float(add_k), dtype=torch.float64)
         for seq in sequences:
             context = [config.start_token_id] * order
             for tok in seq:
                 if not 0 <= tok < vocab_size:
-                    raise ValueError(f"token {tok} is outside the vocabulary of {vocab_size}")
+                    raise InvalidArgumentError(
+                        f"token {tok} is outside the vocabulary of {vocab_size}"
+                    )
                 counts[_index(context, vocab_size), tok] += 1
                 context = [*context[1:], tok]
         empty = counts.sum(-1) == 0
@@ -166,7 +170,7 @@ class MarkovLM(PreTrainedModel, GenerationMixin):
         reading ``start_token_id`` before the first token, as the forward does."""
         order = self.config.order
         if not ids:
-            raise ValueError("a Markov LM needs at least one token of history")
+            raise InvalidArgumentError("a Markov LM needs at least one token of history")
         padded = [self.config.start_token_id] * (order - 1) + [int(t) for t in ids]
         return _index(padded[len(padded) - order :], self.config.vocab_size)
 
@@ -235,7 +239,7 @@ def _order_of(rows: int, vocab: int) -> int:
     while size < rows:
         order, size = order + 1, size * vocab
     if size != rows:
-        raise ValueError(f"{rows} rows is not a power of the vocabulary size {vocab}")
+        raise InvalidArgumentError(f"{rows} rows is not a power of the vocabulary size {vocab}")
     return order
 
 

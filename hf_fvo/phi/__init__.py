@@ -1,5 +1,6 @@
 """Future-validity estimators Φ̂ behind one interface (:class:`PhiEstimator`)."""
 
+from hf_fvo.grammar import InvalidArgumentError
 from hf_fvo.phi.base import (
     Certificate,
     PhiContext,
@@ -45,10 +46,14 @@ def make_estimator(phi: str | PhiEstimator, grammar, model=None) -> PhiEstimator
     """
     if isinstance(phi, PhiEstimator):
         if phi.grammar is not grammar:
-            raise ValueError("the estimator was built for a different grammar")
+            raise InvalidArgumentError(
+                f"the estimator was built for {phi.grammar.source}, not {grammar.source}"
+            )
         return phi
-    if phi not in ESTIMATORS:
-        raise ValueError(f"unknown phi {phi!r}; choose one of {sorted(ESTIMATORS)}")
+    if not isinstance(phi, str) or phi not in ESTIMATORS:
+        raise InvalidArgumentError(
+            f"unknown phi {phi!r}; choose one of {sorted(ESTIMATORS)} or pass an estimator"
+        )
     cls = ESTIMATORS[phi]
     if cls is ExactPhi and _is_markov(model):
         cls = MarkovExactPhi

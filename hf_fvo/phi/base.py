@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import torch
 
 from hf_fvo.grammar import Grammar, GrammarError
+from hf_fvo.grammar.errors import InvalidArgumentError
 
 __all__ = [
     "Certificate",
@@ -169,7 +170,9 @@ class PhiEstimator(ABC):
 
     def __init__(self, grammar: Grammar, model: Any = None) -> None:
         if not isinstance(grammar, Grammar):
-            raise TypeError(f"grammar must be an hf_fvo.Grammar, got {type(grammar).__name__}")
+            raise InvalidArgumentError(
+                f"grammar must be an hf_fvo.Grammar, got {type(grammar).__name__}"
+            )
         if self.needs_automaton and grammar.backend != "automaton":
             raise GrammarError(
                 f"the {self.name!r} estimator needs a token automaton, but {grammar.source} is a "
@@ -177,7 +180,7 @@ class PhiEstimator(ABC):
                 "languages) or choose another estimator"
             )
         if self.needs_model and model is None:
-            raise ValueError(f"the {self.name!r} estimator runs the model: pass model=")
+            raise InvalidArgumentError(f"the {self.name!r} estimator runs the model: pass model=")
         self.grammar = grammar
         self.model = model
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from hf_fvo.grammar import Grammar
+from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi.base import PhiContext, PhiEstimator, no_dead_row
 
 __all__ = ["MarkovExactPhi"]
@@ -65,13 +66,13 @@ class MarkovExactPhi(PhiEstimator):
         from hf_fvo.models.markov import MarkovLM
 
         if not isinstance(model, MarkovLM):
-            raise TypeError(
+            raise InvalidArgumentError(
                 f"MarkovExactPhi needs an hf_fvo.models.MarkovLM, got {type(model).__name__}; "
                 "for other models use ExactPhi (finite languages)"
             )
         vocab = model.config.vocab_size
         if grammar.vocab_size > vocab:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"the grammar has vocab_size {grammar.vocab_size} but the model {vocab}"
             )
         self.order = model.config.order
@@ -99,7 +100,7 @@ class MarkovExactPhi(PhiEstimator):
         """log Pr[valid completion within ``remaining`` tokens (EOS counted) | context, state],
         shape (V^k, states); built once and extended as longer budgets are asked for."""
         if remaining < 0:
-            raise ValueError(f"remaining must be non-negative, got {remaining}")
+            raise InvalidArgumentError(f"remaining must be non-negative, got {remaining}")
         n_states = self.grammar.num_states
         while len(self._tables) <= remaining:
             prev = self._tables[-1].reshape(-1)
@@ -116,7 +117,7 @@ class MarkovExactPhi(PhiEstimator):
             return ctx.remaining
         longest = self.grammar.max_tokens_to_accept(ctx.state)
         if longest is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.grammar.source} is infinite: exact Φ needs a token budget (max_new_tokens)"
             )
         return longest + 1
@@ -124,7 +125,9 @@ class MarkovExactPhi(PhiEstimator):
     def context(self, ctx: PhiContext) -> int:
         """The model context (table row) after the prompt and the generated tokens."""
         if not ctx.prompt and not ctx.generated:
-            raise ValueError("the exact estimator needs the prompt token ids (PhiContext.prompt)")
+            raise InvalidArgumentError(
+                "the exact estimator needs the prompt token ids (PhiContext.prompt)"
+            )
         return self.model.context_of((*ctx.prompt, *ctx.generated))
 
     # -- interface ------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from hf_fvo.grammar.errors import InvalidArgumentError
+
 __all__ = ["PrefixLM"]
 
 Prefix = tuple[int, ...]
@@ -77,7 +79,7 @@ class PrefixLM:
         """log p(· | prompt + prefix) for each prefix, float64, shape (len(prefixes), V)."""
         prompt = tuple(int(t) for t in prompt)
         if not prompt:
-            raise ValueError("PrefixLM needs a non-empty prompt")
+            raise InvalidArgumentError("PrefixLM needs a non-empty prompt")
         keys = [tuple(int(t) for t in p) for p in prefixes]
         rows: list[torch.Tensor | None] = [None] * len(keys)
         todo: dict[Prefix, list[int]] = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from hf_fvo.grammar import Grammar, TokenAutomaton
+from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 
 __all__ = ["OneStepPhi"]
@@ -57,13 +58,15 @@ class OneStepPhi(PhiEstimator):
     ) -> None:
         super().__init__(grammar, model)
         if not 0.0 < coverage <= 1.0:
-            raise ValueError(f"coverage must lie in (0, 1], got {coverage!r}")
+            raise InvalidArgumentError(f"coverage must lie in (0, 1], got {coverage!r}")
         if (
             isinstance(max_candidates, bool)
             or not isinstance(max_candidates, int)
             or (max_candidates < 1)
         ):
-            raise ValueError(f"max_candidates must be a positive int, got {max_candidates!r}")
+            raise InvalidArgumentError(
+                f"max_candidates must be a positive int, got {max_candidates!r}"
+            )
         self.coverage = float(coverage)
         self.max_candidates = max_candidates
         self._unscored = 0.0

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from hf_fvo.grammar import Grammar
+from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi.base import PhiContext, admissible_mask
 from hf_fvo.phi.lm import PrefixLM
 from hf_fvo.phi.onestep import OneStepPhi
@@ -49,13 +50,15 @@ class OneStepTruePhi(OneStepPhi):
     def __init__(self, grammar: Grammar, model: Any, k: int = 8) -> None:
         super().__init__(grammar, model)
         if not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be a positive int, got {k!r}")
+            raise InvalidArgumentError(f"k must be a positive int, got {k!r}")
         self.k = k
         self.lm = PrefixLM.wrap(model, batch_size=k)
 
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         if not ctx.prompt:
-            raise ValueError("onestep_true needs the prompt token ids (PhiContext.prompt)")
+            raise InvalidArgumentError(
+                "onestep_true needs the prompt token ids (PhiContext.prompt)"
+            )
         g = self.grammar
         out = super().log_phi(ctx)
         logp = torch.log_softmax(ctx.logits.double(), dim=-1)[: g.vocab_size]

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from hf_fvo.grammar import Grammar
+from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi.base import PhiContext
 from hf_fvo.phi.onestep import OneStepPhi
 
@@ -97,9 +98,9 @@ class RolloutPhi(OneStepPhi):
         for name, value in (("k", k), ("candidates", candidates), ("horizon", horizon)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                       or value < 1):  # fmt: skip
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
         if not 0.0 < alpha < 1.0:
-            raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+            raise InvalidArgumentError(f"alpha must lie in (0, 1), got {alpha}")
         self.k, self.candidates, self.horizon = k, candidates, horizon
         self.alpha, self.seed, self.resample = float(alpha), int(seed), bool(resample)
         self.calls = 0
@@ -113,7 +114,7 @@ class RolloutPhi(OneStepPhi):
     def _rolled_out(self, ctx: PhiContext, onestep: torch.Tensor) -> torch.Tensor:
         """Rollout estimates over ``onestep`` (OneStep everywhere, −inf off the admissible set)."""
         if not ctx.prompt:
-            raise ValueError("rollouts need the prompt token ids (PhiContext.prompt)")
+            raise InvalidArgumentError("rollouts need the prompt token ids (PhiContext.prompt)")
         g = self.grammar
         out = onestep.clone()
         eos = list(g.eos_token_ids)
@@ -175,7 +176,7 @@ class RolloutPhi(OneStepPhi):
         if longest is not None:
             limits.append(longest + 1)
         if not limits:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.grammar.source} is infinite: rollouts need a token budget "
                 "(max_new_tokens) or a horizon"
             )
@@ -222,7 +223,7 @@ class GatedPhi(RolloutPhi):
     ) -> None:
         super().__init__(grammar, model, k, **rollout_kwargs)
         if tau < 0 or min_entropy < 0 or not 0 <= min_tv <= 1:
-            raise ValueError("tau and min_entropy must be ≥ 0 and min_tv in [0, 1]")
+            raise InvalidArgumentError("tau and min_entropy must be ≥ 0 and min_tv in [0, 1]")
         self.tau, self.min_entropy, self.min_tv = float(tau), float(min_entropy), float(min_tv)
         self.steps = 0
         self.escalations = 0  # rollouts run
