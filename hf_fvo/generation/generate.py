@@ -1,5 +1,12 @@
 """``hf_fvo.generate``: ``model.generate`` with the grammar and a Φ estimator wired in, plain or
-speculative (FVO-Spec, with ``assistant_model=``)."""
+speculative (FVO-Spec, with ``assistant_model=``).
+
+Generation runs through Transformers' own decoding loops (sampling, greedy, beam search,
+assisted decoding), entered through a ``custom_generate`` callable so that hf_fvo sees the
+generation config *as Transformers prepared it*: the budget is whatever Transformers will stop
+at (``max_new_tokens``, ``max_length``, a ``generation_config``, or its default), and the logits
+processors it built are known by name when one of them conflicts with the grammar.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,40 @@ from typing import Any
 
 import torch
 from transformers import GenerationMixin, LogitsProcessorList
+from transformers.generation.utils import GENERATION_MODES_MAPPING
 
 from hf_fvo.generation.processors import FVOLogitsProcessor
-from hf_fvo.generation.speculative import GrammarAwareCandidateGenerator, SpeculationStats
-from hf_fvo.grammar import Grammar
+from hf_fvo.generation.speculative import (
+    GrammarAwareCandidateGenerator,
+    SpeculationStats,
+    model_vocab_size,
+)
+from hf_fvo.grammar import (
+    ConstraintConflictError,
+    EmptyLanguageError,
+    Grammar,
+    InvalidArgumentError,
+    TokenizerError,
+)
+from hf_fvo.grammar.errors import check_int
 from hf_fvo.phi import PhiEstimator
 
 __all__ = ["generate"]
+
+# generate() options that build a processor able to remove tokens before the grammar's runs
+_UPSTREAM_OPTIONS = {
+    "NoRepeatNGramLogitsProcessor": "no_repeat_ngram_size",
+    "EncoderNoRepeatNGramLogitsProcessor": "encoder_no_repeat_ngram_size",
+    "SuppressTokensLogitsProcessor": "suppress_tokens",
+    "SuppressTokensAtBeginLogitsProcessor": "begin_suppress_tokens",
+    "NoBadWordsLogitsProcessor": "bad_words_ids",
+    "SequenceBiasLogitsProcessor": "sequence_bias",
+    "MinLengthLogitsProcessor": "min_length",
+    "MinNewTokensLengthLogitsProcessor": "min_new_tokens",
+    "PrefixConstrainedLogitsProcessor": "prefix_allowed_tokens_fn",
+    "ForcedBOSTokenLogitsProcessor": "forced_bos_token_id",
+    "ForcedEOSTokenLogitsProcessor": "forced_eos_token_id",
+}
 
 
 def generate(
@@ -22,6 +56,7 @@ def generate(
     *,
     grammar: Grammar,
     phi: str | PhiEstimator = "onestep",
+    prompt_length: int | None = None,
     assistant_model: Any = None,
     draft_phi: str | PhiEstimator | None = None,
     blind_draft: bool = False,
@@ -37,24 +72,41 @@ def generate(
 
     Args:
         model: A Transformers causal LM.
-        input_ids: The prompt (batch × length, left-padded for batches; batch 1 when drafting).
+        input_ids: The prompt, a 2-D ``torch.LongTensor`` (batch × length, left-padded with an
+            ``attention_mask`` for batches; batch 1 when drafting).
         grammar: The compiled grammar (built with ``vocab_size=model.config.vocab_size``).
         phi: ``"uniform"`` (μ_proj), ``"onestep"``, ``"onestep_true"``, ``"exact"`` (finite
             languages; μ*), or an estimator instance.
+        prompt_length: Columns of ``input_ids`` that are prompt; the grammar's text starts
+            after them. Default: all of them. To continue a partial output, pass the prompt and
+            the partial output as ``input_ids`` and the prompt's width here: the grammar resumes
+            from the partial output, and ``max_new_tokens`` counts the new tokens only.
         assistant_model: A draft model sharing the tokenizer: turns on FVO-Spec.
         draft_phi: The draft's Φ̂: ``None`` (grammar mask only), ``"same"`` (the target's
             estimator), or an estimator name/instance evaluated on the draft's logits.
         blind_draft: Draft without the grammar (a baseline; the verifier stays constrained).
         num_assistant_tokens: Draft tokens per round (fixed); default: the draft's generation
             config (Transformers ignores this argument when passed to ``model.generate``).
-        **generate_kwargs: Passed to ``model.generate``; ``max_new_tokens`` also bounds the
-            completions Φ counts, and ``logits_processor`` entries run after the Φ processor.
+        **generate_kwargs: Passed to ``model.generate``; the budget Transformers uses
+            (``max_new_tokens``, ``max_length``, ``generation_config``, or its default of 20
+            new tokens) also bounds the completions Φ counts; ``logits_processor`` entries run
+            after the Φ processor; a ``tokenizer`` is checked against the grammar's.
 
     Returns:
         Whatever ``model.generate`` returns. With ``return_dict_in_generate=True`` the output also
         carries ``certificates``: one :class:`~hf_fvo.phi.Certificate` per sequence (per-step
         δ_t, Φ̄_t and the sequence bound Σ_t δ_t/(Φ̄_t − δ_t)); with a draft, also
         ``speculation``, a :class:`~hf_fvo.generation.SpeculationStats`.
+
+    Raises:
+        InvalidArgumentError: ``input_ids`` is not a 2-D integer tensor, or another argument is
+            malformed.
+        TokenizerError: the grammar was compiled for another tokenizer (vocabulary size, or the
+            ``tokenizer`` passed).
+        EmptyLanguageError: no member fits the budget (its shortest needs more tokens).
+        ConstraintConflictError: another option removes every admissible token (a minimum
+            length beyond the longest member, EOS suppressed, no_repeat_ngram_size…).
+        OutOfGrammarError: the continuation after ``prompt_length`` leaves the grammar.
 
     Example:
         >>> import torch
@@ -68,32 +120,36 @@ def generate(
         >>> tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True) in {"yes", "no"}
         True
     """
-    if input_ids is None:
-        raise ValueError("hf_fvo.generate needs input_ids (the prompt)")
+    input_ids = _check_input_ids(input_ids)
+    if not isinstance(grammar, Grammar):
+        raise InvalidArgumentError(f"grammar must be an hf_fvo.Grammar, got {type(grammar)}")
     if assistant_model is None and (draft_phi is not None or blind_draft or num_assistant_tokens):
-        raise ValueError("draft_phi, blind_draft and num_assistant_tokens need assistant_model")
-    max_new_tokens = generate_kwargs.get("max_new_tokens")
-    if max_new_tokens is None:
-        max_new_tokens = getattr(model.generation_config, "max_new_tokens", None)
+        raise InvalidArgumentError(
+            "draft_phi, blind_draft and num_assistant_tokens need assistant_model"
+        )
+    width = input_ids.shape[1]
+    start = width if prompt_length is None else check_int("prompt_length", prompt_length)
+    if start > width:
+        raise InvalidArgumentError(f"prompt_length={start} exceeds the input's width {width}")
+    _check_vocabulary(model, grammar, generate_kwargs.get("tokenizer"))
+    attention_mask = generate_kwargs.get("attention_mask")
+    if attention_mask is None:  # an unpadded prompt: say so, Transformers cannot infer it
+        attention_mask = generate_kwargs["attention_mask"] = torch.ones_like(input_ids)
     processor = FVOLogitsProcessor(
-        grammar,
-        phi=phi,
-        model=model,
-        prompt_length=input_ids.shape[1],
-        max_new_tokens=max_new_tokens,
+        grammar, phi=phi, model=model, prompt_length=start, attention_mask=attention_mask
     )
-    if isinstance(input_ids, torch.Tensor):  # an unpadded prompt: say so, HF cannot infer it
-        generate_kwargs.setdefault("attention_mask", torch.ones_like(input_ids))
+    processor.input_length = width  # the continuation, if any, is checked against the grammar
+    states = [processor.state_of(tuple(row[start:])) for row in input_ids.tolist()]
     extra = generate_kwargs.pop("logits_processor", None) or []
     processors = LogitsProcessorList([processor, *extra])
-    if assistant_model is None:
-        out = model.generate(input_ids, logits_processor=processors, **generate_kwargs)
-        return _with_certificates(out, processor, input_ids.shape[1])
-
-    for key in ("tokenizer", "assistant_tokenizer"):
-        if generate_kwargs.get(key) is not None:
-            raise ValueError(f"FVO-Spec needs a draft with the target's tokenizer; drop {key}=")
-    stats = SpeculationStats()
+    streamer = generate_kwargs.get("streamer")
+    stats = SpeculationStats() if assistant_model is not None else None
+    if assistant_model is not None:
+        for key in ("tokenizer", "assistant_tokenizer"):
+            if generate_kwargs.get(key) is not None:
+                raise InvalidArgumentError(
+                    f"FVO-Spec needs a draft with the target's tokenizer; drop {key}="
+                )
 
     def candidates(**kw: Any) -> GrammarAwareCandidateGenerator:
         return GrammarAwareCandidateGenerator(
@@ -109,9 +165,7 @@ def generate(
             stats=stats,
         )
 
-    streamer = generate_kwargs.get("streamer")
-
-    def fvo_spec_decoding(
+    def fvo_decoding(
         model: Any,
         input_ids: torch.LongTensor,
         logits_processor: LogitsProcessorList,
@@ -120,36 +174,151 @@ def generate(
         inputs_tensor: torch.Tensor | None = None,
         **model_kwargs: Any,
     ) -> Any:
-        return GenerationMixin._assisted_decoding(
-            _WithCandidateGenerator(model, candidates),
-            input_ids,
-            logits_processor,
-            stopping_criteria,
-            generation_config,
-            synced_gpus=False,
-            streamer=streamer,
-            inputs_tensor=inputs_tensor,
-            assistant_model=assistant_model,
-            **model_kwargs,
-        )
+        processor.input_length = input_ids.shape[1]
+        processor.max_new_tokens = generation_config.max_length - input_ids.shape[1]
+        processor.beam_search = (generation_config.num_beams or 1) > 1
+        upstream = _upstream_of(processor, logits_processor)
+        _check_feasible(grammar, states, processor.max_new_tokens, generation_config, width)
+        try:
+            if assistant_model is None:
+                return _decoding_method(generation_config)(
+                    model, input_ids, logits_processor, stopping_criteria, generation_config,
+                    **({"streamer": streamer} if streamer is not None else {}), **model_kwargs,
+                )  # fmt: skip
+            return GenerationMixin._assisted_decoding(
+                _WithCandidateGenerator(model, candidates),
+                input_ids,
+                logits_processor,
+                stopping_criteria,
+                generation_config,
+                synced_gpus=False,
+                streamer=streamer,
+                inputs_tensor=inputs_tensor,
+                assistant_model=assistant_model,
+                **model_kwargs,
+            )
+        except ConstraintConflictError as exc:
+            if not upstream:
+                raise
+            raise ConstraintConflictError(
+                f"{exc}. Processors that ran before the grammar's in this call: {upstream}"
+            ) from exc
 
     out = model.generate(
         input_ids,
         logits_processor=processors,
         assistant_model=assistant_model,
-        custom_generate=fvo_spec_decoding,
+        custom_generate=fvo_decoding,
         **generate_kwargs,
     )
-    if not isinstance(out, torch.Tensor):
+    if stats is not None and not isinstance(out, torch.Tensor):
         out["speculation"] = stats
-    return _with_certificates(out, processor, input_ids.shape[1])
+    return _with_certificates(out, processor, start, width - start)
 
 
-def _with_certificates(out: Any, processor: FVOLogitsProcessor, prompt_length: int) -> Any:
+def _check_input_ids(input_ids: Any) -> torch.Tensor:
+    if input_ids is None:
+        raise InvalidArgumentError("hf_fvo.generate needs input_ids (the prompt)")
+    if not isinstance(input_ids, torch.Tensor):
+        raise InvalidArgumentError(
+            f"input_ids must be a 2-D torch.LongTensor (batch × length), got "
+            f"{type(input_ids).__name__}: use torch.tensor([ids]) or tokenizer(..., "
+            "return_tensors='pt').input_ids"
+        )
+    if input_ids.dim() != 2 or input_ids.shape[0] < 1:
+        raise InvalidArgumentError(
+            f"input_ids must be 2-D (batch × length), got shape {tuple(input_ids.shape)}: "
+            "add the batch dimension with input_ids[None]"
+        )
+    if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
+        raise InvalidArgumentError(
+            f"input_ids must hold token ids (integers), got {input_ids.dtype}"
+        )
+    return input_ids
+
+
+def _check_vocabulary(model: Any, grammar: Grammar, tokenizer: Any) -> None:
+    size = model_vocab_size(model)
+    if size is not None and size < grammar.vocab_size:
+        raise TokenizerError(
+            f"the model scores {size} token ids but {grammar.source} was compiled for "
+            f"{grammar.vocab_size}: it belongs to another tokenizer (compile the grammar with "
+            "this model's tokenizer and vocab_size=model.config.vocab_size)"
+        )
+    if tokenizer is not None:
+        grammar.check_tokenizer(tokenizer)
+
+
+def _check_feasible(
+    grammar: Grammar, states: list[Any], budget: int, config: Any, width: int
+) -> None:
+    """Refuse, before any forward, a budget or option no member of the language can satisfy."""
+    if budget < 1:
+        raise EmptyLanguageError(
+            f"the budget leaves {budget} new tokens (max_length={config.max_length}, input "
+            f"width {width}); even EOS needs one"
+        )
+    for state in dict.fromkeys(states):  # rows sharing a state are checked once
+        if state is None:
+            continue
+        need = grammar.min_tokens_to_accept(state)
+        if need + 1 > budget:
+            raise EmptyLanguageError(
+                f"the shortest member of {grammar.source} needs {need} tokens plus EOS, but the "
+                f"budget is {budget} new tokens (max_new_tokens, or max_length minus the input's "
+                f"{width}): raise max_new_tokens"
+            )
+        min_new = max(config.min_new_tokens or 0, (config.min_length or 0) - width)
+        longest = grammar.max_tokens_to_accept(state)
+        if min_new and longest is not None and longest < min_new:
+            raise ConstraintConflictError(
+                f"min_new_tokens/min_length asks for {min_new} tokens before EOS but the longest "
+                f"member of {grammar.source} has {longest}: drop the minimum length"
+            )
+        if min_new and min_new + 1 > budget:
+            raise ConstraintConflictError(
+                f"min_new_tokens/min_length asks for {min_new} tokens before EOS, which leaves "
+                f"no room for EOS within the budget of {budget}"
+            )
+    eos = set(grammar.eos_token_ids)
+    banned = set(config.suppress_tokens or ())
+    banned |= {w[0] for w in (config.bad_words_ids or ()) if len(w) == 1}
+    if eos <= banned:
+        raise ConstraintConflictError(
+            f"suppress_tokens/bad_words_ids ban every EOS id {sorted(eos)}: no member of "
+            f"{grammar.source} can be ended"
+        )
+
+
+def _upstream_of(processor: FVOLogitsProcessor, processors: LogitsProcessorList) -> str:
+    """The processors Transformers built that run before the grammar's, by generate() option."""
+    names = []
+    for p in processors:
+        if p is processor:
+            break
+        kind = type(p).__name__
+        names.append(f"{kind} ({_UPSTREAM_OPTIONS[kind]}=)" if kind in _UPSTREAM_OPTIONS else kind)
+    return ", ".join(names)
+
+
+def _decoding_method(config: Any) -> Any:
+    mode = config.get_generation_mode()
+    name = GENERATION_MODES_MAPPING.get(mode, "")
+    if "/" in name or not hasattr(GenerationMixin, name):
+        raise InvalidArgumentError(
+            f"hf_fvo.generate supports sampling, greedy, beam search and assisted decoding; "
+            f"{mode.value} is not among them in this Transformers version"
+        )
+    return getattr(GenerationMixin, name)
+
+
+def _with_certificates(
+    out: Any, processor: FVOLogitsProcessor, prompt_length: int, skip: int
+) -> Any:
     """Attach one fidelity certificate per returned sequence to a dict-style output."""
     if not isinstance(out, torch.Tensor):
         rows = out.sequences[:, prompt_length:].tolist()
-        out["certificates"] = [processor.certificate(row) for row in rows]
+        out["certificates"] = [processor.certificate(row, skip) for row in rows]
     return out
 
 

@@ -8,6 +8,7 @@ are later discarded.
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -15,10 +16,18 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor
 
-from hf_fvo.grammar import Grammar, OutOfGrammarError
+from hf_fvo.grammar import (
+    ConstraintConflictError,
+    Grammar,
+    InvalidArgumentError,
+    NonFiniteScoresError,
+    OutOfGrammarError,
+    TokenizerError,
+)
+from hf_fvo.grammar.errors import check_int
 from hf_fvo.phi import Certificate, PhiContext, PhiDiagnostics, PhiEstimator, make_estimator
 
-__all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor"]
+__all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor", "left_padding"]
 
 
 class FVOLogitsProcessor(LogitsProcessor):
@@ -26,25 +35,40 @@ class FVOLogitsProcessor(LogitsProcessor):
 
     Sampling from the result draws μ̂_t(y) ∝ p_t(y)·Φ̂_t(y) on A_t, which is the grammar-conditional
     law μ* when Φ̂ is exact and the masked law μ_proj when Φ̂ ≡ 1 (``phi="uniform"``). Tokens outside
-    A_t, or whose completion cannot fit in ``max_new_tokens``, get ``-inf``. After EOS a row stays
-    in the terminal state, where only EOS is allowed, whatever padding follows.
+    A_t, or whose completion cannot fit in the budget, get ``-inf``. After EOS a row stays in the
+    terminal state, where only EOS is allowed, whatever padding follows.
 
-    Composition: Transformers applies custom processors before its warpers, so temperature,
-    top-k and top-p act on the reweighted scores (at temperature T the row samples
-    ∝ (p·Φ̂)^{1/T}). Exactness claims hold at T = 1 without truncation.
+    Composition: Transformers applies its own processors (``no_repeat_ngram_size``,
+    ``suppress_tokens``, minimum lengths…) before custom ones and its warpers after, so
+    temperature, top-k and top-p act on the reweighted scores (at temperature T the row samples
+    ∝ (p·Φ̂)^{1/T}; exactness claims hold at T = 1 without truncation). If the scores reaching
+    this processor leave no admissible token a finite score, it raises
+    :class:`~hf_fvo.ConstraintConflictError` rather than hand sampling a row with no finite score;
+    with ``beam_search = True`` (``hf_fvo.generate`` sets it) such a row is a beam the search
+    drops, and only a step that leaves every row so is an error.
 
     Args:
-        grammar (`Grammar`): The compiled automaton.
+        grammar (`Grammar`): The compiled grammar.
         phi (`str` or `PhiEstimator`): ``"uniform"``, ``"onestep"``, ``"exact"`` or an estimator.
         model (*optional*): The model, for estimators that run forwards (``"exact"``).
-        prompt_length (`int`, *optional*): Prompt tokens per row (after left padding). Default:
-            the width of the first ``input_ids`` seen, so use a fresh processor per ``generate``.
-        max_new_tokens (`int`, *optional*): The generation budget; completions must fit in it.
+        prompt_length (`int`, *optional*): Columns of ``input_ids`` before the grammar's text
+            (left padding included). Default: the width of the first ``input_ids`` seen, so use a
+            fresh processor per ``generate``. Tokens between it and the width generation starts
+            at are a continuation the grammar resumes from.
+        max_new_tokens (`int`, *optional*): The generation budget, counted from the width of the
+            first ``input_ids`` seen; completions must fit in it. ``hf_fvo.generate`` sets it from
+            whatever Transformers uses (``max_new_tokens``, ``max_length``, a generation config).
+        attention_mask (`torch.Tensor`, *optional*): The input's attention mask (left padding):
+            estimators that run the model condition on each row's prompt without its padding.
+        tokenizer (*optional*): Checked against the tokenizer the grammar was compiled for.
         cache_size (`int`): Prefixes remembered (LRU).
 
     Raises:
-        OutOfGrammarError: a row's generated tokens leave the grammar, or the scores are
-            narrower than the grammar's vocabulary.
+        OutOfGrammarError: a row's tokens after ``prompt_length`` leave the grammar.
+        TokenizerError: the scores are narrower than the grammar's vocabulary, or ``tokenizer``
+            is not the one the grammar was compiled for.
+        ConstraintConflictError: no admissible token has a finite incoming score.
+        NonFiniteScoresError: a score is NaN or +inf on an admissible token.
 
     Example:
         >>> import torch
@@ -67,24 +91,49 @@ class FVOLogitsProcessor(LogitsProcessor):
         prompt_length: int | None = None,
         max_new_tokens: int | None = None,
         cache_size: int = 4096,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        tokenizer: Any = None,
     ) -> None:
         if not isinstance(grammar, Grammar):
-            raise TypeError(f"grammar must be an hf_fvo.Grammar, got {type(grammar).__name__}")
-        if prompt_length is not None and (not isinstance(prompt_length, int) or prompt_length < 0):
-            raise ValueError(f"prompt_length must be a non-negative int, got {prompt_length!r}")
-        if max_new_tokens is not None and (
-            not isinstance(max_new_tokens, int) or max_new_tokens < 1
-        ):
-            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+            raise InvalidArgumentError(
+                f"grammar must be an hf_fvo.Grammar, got {type(grammar).__name__}"
+            )
         self.grammar = grammar
+        self.prompt_length = check_int("prompt_length", prompt_length, optional=True)
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, optional=True)
+        self._cache_size = check_int("cache_size", cache_size, minimum=1)
+        if tokenizer is not None:
+            grammar.check_tokenizer(tokenizer)
+        self._pads = None if attention_mask is None else left_padding(attention_mask)
         self.estimator = make_estimator(phi, grammar, model)
-        self.prompt_length = prompt_length
-        self.max_new_tokens = max_new_tokens
-        self._cache_size = int(cache_size)
-        self._states: OrderedDict[tuple[int, ...], int] = OrderedDict()
+        self.input_length: int | None = None  # the width generation starts at
+        # under beam search a row left with no admissible token is a beam the search drops;
+        # only a batch in which every row is left so is a conflict
+        self.beam_search = False
+        self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._steps: OrderedDict[tuple[int, ...], PhiDiagnostics] = OrderedDict()
+        self._warned_budget = False
 
-    def state_of(self, generated: tuple[int, ...]) -> int:
+    def for_model(self, phi: str | PhiEstimator, model: Any) -> FVOLogitsProcessor:
+        """A processor for another model over the same rows (a draft): the same grammar,
+        prompt, budget and padding, with its own estimator."""
+        other = FVOLogitsProcessor(
+            self.grammar, phi, model, self.prompt_length, self.max_new_tokens, self._cache_size
+        )
+        other.input_length = self.input_length
+        other._pads = self._pads
+        return other
+
+    def remaining(self, generated_length: int) -> int | None:
+        """Tokens still allowed (this one included) after ``generated_length`` tokens of the
+        grammar's text, or ``None`` without a budget."""
+        if self.max_new_tokens is None:
+            return None
+        start = self.input_length if self.input_length is not None else self.prompt_length
+        return self.max_new_tokens - (self.prompt_length + generated_length - start)
+
+    def state_of(self, generated: tuple[int, ...]) -> Any:
         """The grammar state after the generated tokens (memoised by prefix)."""
         hit = self._states.get(generated)
         if hit is not None:
@@ -97,30 +146,40 @@ class FVOLogitsProcessor(LogitsProcessor):
             parent = self.state_of(generated[:-1]) if len(generated) < 64 else None
             if parent is None:
                 parent = self._walk(generated[:-1])
-            state = self._step(parent, generated[-1], len(generated) - 1)
+            state = self._step(parent, generated, len(generated) - 1)
         self._remember(self._states, generated, state)
         return state
 
-    def _walk(self, generated: tuple[int, ...]) -> int:
+    def _walk(self, generated: tuple[int, ...]) -> Any:
         # Long prefixes: find the longest remembered ancestor instead of recursing.
         for cut in range(len(generated), -1, -1):
             hit = self._states.get(generated[:cut])
             if hit is not None or cut == 0:
                 state = self.grammar.initial_state if hit is None else hit
                 for i in range(cut, len(generated)):
-                    state = self._step(state, generated[i], i)
+                    state = self._step(state, generated, i)
                 return state
         raise AssertionError("unreachable")
 
-    def _step(self, state: int, token: int, position: int) -> int:
+    def _step(self, state: Any, generated: tuple[int, ...], position: int) -> Any:
         g = self.grammar
         if state == g.terminal_state:
             return state  # the row has finished; Transformers pads it with anything
+        token = generated[position]
         nxt = g.next_state(state, token)
         if nxt is None:
+            start = self.input_length if self.input_length is not None else self.prompt_length
+            where = (
+                "in the continuation given as input (the tokens between prompt_length and the "
+                "input's width must begin a member)"
+                if self.prompt_length + position < start
+                else "in generated text: the token was sampled outside the scores this processor "
+                "returned (a processor or sampler that runs after it, or a processor reused "
+                "across generate() calls)"
+            )
             raise OutOfGrammarError(
-                f"generated token {token} at position {position} is not allowed by "
-                f"{g.source}; the prefix left the grammar"
+                f"token {token} at grammar position {position} is not allowed by {g.source}; "
+                f"it occurs {where}"
             )
         return nxt
 
@@ -133,9 +192,10 @@ class FVOLogitsProcessor(LogitsProcessor):
         """Diagnostics (Φ̄_t, dispersion, δ_t) of the last Φ̂ computed at this prefix, if kept."""
         return self._steps.get(tuple(generated))
 
-    def certificate(self, generated: Sequence[int]) -> Certificate:
+    def certificate(self, generated: Sequence[int], skip: int = 0) -> Certificate:
         """The fidelity certificate of one generated sequence (prompt excluded): the kept
-        diagnostics at each of its positions up to and including its first EOS.
+        diagnostics at each of its positions from ``skip`` (a continuation given as input) up
+        to and including its first EOS.
 
         Example:
             >>> import torch
@@ -153,46 +213,150 @@ class FVOLogitsProcessor(LogitsProcessor):
         generated = [int(t) for t in generated]
         eos = set(self.grammar.eos_token_ids)
         end = next((i + 1 for i, t in enumerate(generated) if t in eos), len(generated))
-        return Certificate(tuple(self.step_at(tuple(generated[:i])) for i in range(end)))
+        return Certificate(tuple(self.step_at(tuple(generated[:i])) for i in range(skip, end)))
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+            raise InvalidArgumentError("input_ids must be a 2-D tensor (batch × length)")
+        if not isinstance(scores, torch.Tensor) or scores.dim() != 2:
+            raise InvalidArgumentError("scores must be a 2-D tensor (batch × vocabulary)")
+        if scores.shape[0] != input_ids.shape[0]:
+            raise InvalidArgumentError(
+                f"input_ids has {input_ids.shape[0]} rows but scores has {scores.shape[0]}"
+            )
         if self.prompt_length is None:
             self.prompt_length = input_ids.shape[1]
+        if self.input_length is None:
+            self.input_length = input_ids.shape[1]
         width = scores.shape[-1]
         vocab = self.grammar.vocab_size
         if width < vocab:
-            raise OutOfGrammarError(
-                f"scores have {width} columns but the grammar was compiled for vocab_size {vocab}"
+            raise TokenizerError(
+                f"the model scores {width} token ids but {self.grammar.source} was compiled for "
+                f"{vocab}: it belongs to another tokenizer (compile it with this model's "
+                "tokenizer and vocab_size=model.config.vocab_size)"
             )
+        peak = scores.max()
+        sane = bool(torch.isfinite(peak) or peak == -torch.inf)  # one pass: NaN/+inf propagate
         out = torch.full_like(scores, -torch.inf)
+        dead: Exception | None = None
         for r, row in enumerate(input_ids.tolist()):
-            prompt, generated = tuple(row[: self.prompt_length]), tuple(row[self.prompt_length :])
-            state = self.state_of(generated)
-            logp = torch.log_softmax(scores[r].double(), dim=-1)
+            prompt = tuple(row[self._pad(r, input_ids.shape[0]) : self.prompt_length])
+            generated = tuple(row[self.prompt_length :])
+            try:
+                state = self.state_of(generated)
+            except OutOfGrammarError:
+                # beam search fills its candidates with −inf ones when fewer are finite; such
+                # a beam carries score −inf and stays dead
+                if not self.beam_search or len(generated) <= self._given(input_ids.shape[1]):
+                    raise
+                continue
             if state == self.grammar.terminal_state:
-                log_phi = torch.full((vocab,), -torch.inf, dtype=torch.float64)
-                log_phi[list(self.grammar.eos_token_ids)] = 0.0
-            else:
-                remaining = (
-                    None if self.max_new_tokens is None else self.max_new_tokens - len(generated)
-                )
-                ctx = PhiContext(state, generated, scores[r], remaining, prompt)
-                step = self.estimator.step(ctx)
-                self._remember(self._steps, generated, step.diagnostics)
-                log_phi = step.log_phi
-                if not bool(torch.isfinite(log_phi).any()):
-                    log_phi = self._out_of_budget(state)
-            out[r, :vocab] = (logp[:vocab] + log_phi.to(logp.device)).to(scores.dtype)
+                # finished: EOS is certain, whatever the scores say (keeps EOS legal after EOS,
+                # which assisted decoding evaluates)
+                out[r, list(self.grammar.eos_token_ids)] = 0.0
+                continue
+            remaining = self.remaining(len(generated))
+            logits = scores[r] if sane else self._finite_scores(scores[r], state, remaining)
+            ctx = PhiContext(state, generated, logits, remaining, prompt)
+            step = self.estimator.step(ctx)
+            self._remember(self._steps, generated, step.diagnostics)
+            log_phi = step.log_phi
+            if not bool(torch.isfinite(log_phi).any()):
+                log_phi = self._out_of_budget(state)
+            logp = torch.log_softmax(logits.double(), dim=-1)
+            row_out = logp[:vocab] + log_phi.to(logp.device)
+            if not bool(torch.isfinite(row_out).any()):
+                dead = self._conflict(generated, log_phi)
+                if not self.beam_search:
+                    raise dead
+            out[r, :vocab] = row_out.to(scores.dtype)
+        if dead is not None and not bool(torch.isfinite(out).any()):
+            raise dead
         return out
+
+    def _given(self, width: int) -> int:
+        """Grammar tokens that were part of the input (a continuation), not generated."""
+        start = self.input_length if self.input_length is not None else width
+        return start - self.prompt_length
+
+    def _pad(self, row: int, rows: int) -> int:
+        """Left-padding columns of ``row`` (rows of an expanded batch share their prompt's)."""
+        if self._pads is None:
+            return 0
+        if rows % len(self._pads):
+            raise InvalidArgumentError(
+                f"attention_mask has {len(self._pads)} rows, which does not divide the batch of "
+                f"{rows}"
+            )
+        return self._pads[row // (rows // len(self._pads))]
+
+    def _finite_scores(self, logits: torch.Tensor, state: Any, remaining: int | None) -> Any:
+        """NaN or +inf scores: on an admissible token they are an error (its probability is
+        unknown); elsewhere they are masked like every inadmissible token."""
+        bad = torch.isnan(logits) | torch.isposinf(logits)
+        admissible = self.grammar.admissible(state, remaining)
+        hit = bad[: len(admissible)] & admissible.to(bad.device)
+        if bool(hit.any()):
+            tok = int(hit.nonzero()[0])
+            raise NonFiniteScoresError(
+                f"the model's score for admissible token {tok} is {float(logits[tok])} "
+                f"({int(hit.sum())} admissible tokens have NaN or +inf scores); its probability "
+                "is unknown (check the model's numerics, e.g. float16 overflow)"
+            )
+        return logits.masked_fill(bad, -torch.inf)
+
+    def _conflict(self, generated: tuple[int, ...], log_phi: torch.Tensor) -> Exception:
+        n = int(torch.isfinite(log_phi).sum())
+        return ConstraintConflictError(
+            f"at grammar position {len(generated)} the grammar admits {n} token(s) but every one "
+            "of them reached the grammar's processor with score −inf: another constraint removed "
+            "them (a logits processor that runs before it — Transformers runs its own, such as "
+            "no_repeat_ngram_size, suppress_tokens, bad_words_ids or min_new_tokens, before "
+            "custom ones — or the model's own scores)"
+        )
 
     def _out_of_budget(self, state: Any) -> torch.Tensor:
         """Nothing admissible fits the budget (a pushdown grammar looks one token ahead, so a
-        member can outgrow ``max_new_tokens``): draw from A_t, unweighted. The output is then cut
-        off by the budget, never made invalid; a row of −inf would crash sampling."""
+        member can outgrow the budget): draw from A_t, unweighted, and warn once. The output is
+        then cut off by the budget, never made invalid; a row of −inf would crash sampling."""
+        if not self._warned_budget:
+            self._warned_budget = True
+            warnings.warn(
+                f"the token budget (max_new_tokens={self.max_new_tokens}) ran out before "
+                f"{self.grammar.source} could reach a member: the output will be cut off "
+                "(a pushdown grammar counts its shortest completion only one token ahead); "
+                "raise max_new_tokens",
+                stacklevel=3,
+            )
         mask = self.grammar.allowed(state)
         log_phi = torch.full((self.grammar.vocab_size,), -torch.inf, dtype=torch.float64)
         log_phi[mask] = 0.0
         return log_phi
+
+
+def left_padding(attention_mask: Any) -> list[int]:
+    """Leading padding columns per row of a left-padded attention mask.
+
+    Raises:
+        InvalidArgumentError: not a 2-D mask, or padding that is not on the left.
+
+    Example:
+        >>> import torch
+        >>> from hf_fvo.generation.processors import left_padding
+        >>> left_padding(torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]]))
+        [2, 0]
+    """
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dim() != 2:
+        raise InvalidArgumentError("attention_mask must be a 2-D tensor (batch × length)")
+    mask = attention_mask.bool()
+    pads = (~mask).int().cumprod(dim=1).sum(dim=1)  # leading zeros
+    if bool((mask.sum(dim=1) + pads != mask.shape[1]).any()):
+        raise InvalidArgumentError(
+            "attention_mask has padding after the first real token: decoder-only generation "
+            "needs left padding (tokenizer.padding_side = 'left')"
+        )
+    return pads.tolist()
 
 
 class GrammarLogitsProcessor(FVOLogitsProcessor):
@@ -226,5 +390,11 @@ class GrammarLogitsProcessor(FVOLogitsProcessor):
         prompt_length: int | None = None,
         max_new_tokens: int | None = None,
         cache_size: int = 4096,
+        *,
+        attention_mask: torch.Tensor | None = None,
+        tokenizer: Any = None,
     ) -> None:
-        super().__init__(grammar, "uniform", None, prompt_length, max_new_tokens, cache_size)
+        super().__init__(
+            grammar, "uniform", None, prompt_length, max_new_tokens, cache_size,
+            attention_mask=attention_mask, tokenizer=tokenizer,
+        )  # fmt: skip

@@ -21,6 +21,8 @@ from transformers import LogitsProcessorList
 from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
 from hf_fvo.generation.processors import FVOLogitsProcessor
+from hf_fvo.grammar import InvalidArgumentError, TokenizerError
+from hf_fvo.grammar.errors import check_int
 from hf_fvo.phi import PhiEstimator, admissible_mask
 
 __all__ = ["GrammarAwareCandidateGenerator", "SpeculationStats"]
@@ -135,13 +137,16 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
         )  # fmt: skip
         targets = [p for p in self.logits_processor if isinstance(p, FVOLogitsProcessor)]
         if len(targets) != 1:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "GrammarAwareCandidateGenerator needs exactly one FVOLogitsProcessor among the "
                 f"target's logits processors, found {len(targets)}"
             )
         self.target_processor = target = targets[0]
         if target.prompt_length is None:
             target.prompt_length = input_ids.shape[1]
+        if target.input_length is None:
+            target.input_length = input_ids.shape[1]
+        _check_draft_vocabulary(assistant_model, target.grammar)
         self.blind = bool(blind)
         self.draft_processor = (
             None if blind else _draft_processor(target, draft_phi, assistant_model)
@@ -155,11 +160,9 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
             if hasattr(self.generation_config, name):
                 setattr(self.generation_config, name, value)
         if num_assistant_tokens is not None:
-            if not isinstance(num_assistant_tokens, int) or num_assistant_tokens < 1:
-                raise ValueError(
-                    f"num_assistant_tokens must be a positive int, got {num_assistant_tokens!r}"
-                )
-            self.num_assistant_tokens = num_assistant_tokens
+            self.num_assistant_tokens = check_int(
+                "num_assistant_tokens", num_assistant_tokens, minimum=1
+            )
             self.assistant_generation_config.num_assistant_tokens_schedule = "constant"
         self.stats = stats if stats is not None else SpeculationStats()
 
@@ -205,9 +208,7 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
             state = target.state_of(generated)
             if state == g.terminal_state:
                 return i - start
-            remaining = (
-                None if target.max_new_tokens is None else target.max_new_tokens - len(generated)
-            )
+            remaining = target.remaining(len(generated))
             token = ids[i]
             if token >= g.vocab_size or not bool(admissible_mask(g, state, remaining)[token]):
                 return i - start
@@ -223,10 +224,27 @@ def _draft_processor(
         phi = target.estimator
     else:
         phi = draft_phi
-    return FVOLogitsProcessor(
-        target.grammar,
-        phi=phi,
-        model=draft,
-        prompt_length=target.prompt_length,
-        max_new_tokens=target.max_new_tokens,
-    )
+    return target.for_model(phi, draft)
+
+
+def _check_draft_vocabulary(draft: Any, grammar: Any) -> None:
+    """A draft must score every token id the grammar admits (FVO-Spec shares one tokenizer)."""
+    size = model_vocab_size(draft)
+    if size is not None and size < grammar.vocab_size:
+        raise TokenizerError(
+            f"the draft model scores {size} token ids but {grammar.source} was compiled for "
+            f"{grammar.vocab_size}: FVO-Spec needs a draft with the target's tokenizer"
+        )
+
+
+def model_vocab_size(model: Any) -> int | None:
+    """The number of token ids ``model`` scores (its output layer's rows), if it says."""
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    weight = getattr(head, "weight", None)
+    if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+        return int(weight.shape[0])
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    size = getattr(config, "vocab_size", None)
+    return int(size) if isinstance(size, int) else None

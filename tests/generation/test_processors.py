@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LogitsProcessorList
 
-from hf_fvo import Grammar, OutOfGrammarError
+from hf_fvo import Grammar, OutOfGrammarError, TokenizerError
 from hf_fvo.generation import GrammarLogitsProcessor
 from hf_fvo.models import tiny_random_llama
 
@@ -82,9 +82,9 @@ def test_prefix_outside_the_grammar_is_a_typed_error(smol_tokenizer):
         proc(torch.tensor([[1, *bad]]), torch.zeros(1, g.vocab_size))
 
 
-def test_scores_narrower_than_the_grammar_are_refused(smol_tokenizer):
+def test_scores_narrower_than_the_grammar_are_a_tokenizer_mismatch(smol_tokenizer):
     g = Grammar.from_choices(CHOICES, smol_tokenizer)
-    with pytest.raises(OutOfGrammarError, match="columns"):
+    with pytest.raises(TokenizerError, match="scores 100 token ids"):
         GrammarLogitsProcessor(g, prompt_length=1)(torch.tensor([[1]]), torch.zeros(1, 100))
 
 

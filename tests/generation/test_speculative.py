@@ -13,6 +13,7 @@ import torch
 from transformers import LogitsProcessorList
 
 import hf_fvo
+from hf_fvo import InvalidArgumentError
 from hf_fvo.eval import empirical_tv, null_tv_percentiles
 from hf_fvo.generation import FVOLogitsProcessor, GrammarAwareCandidateGenerator
 from hf_fvo.phi import ExactPhi
@@ -148,7 +149,7 @@ def test_bad_speculative_input_is_refused(setting):
     ids = torch.tensor([PROMPT])
     with pytest.raises(ValueError, match="need assistant_model"):
         hf_fvo.generate(target, ids, grammar=grammar, draft_phi="onestep", max_new_tokens=4)
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(InvalidArgumentError, match="num_assistant_tokens must be an int ≥ 1"):
         hf_fvo.generate(
             target, ids, grammar=grammar, assistant_model=draft, num_assistant_tokens=0,
             max_new_tokens=4,

@@ -16,9 +16,12 @@ from typing import Any
 
 def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
     from hf_fvo.generation import generate as fvo_generate
+    from hf_fvo.grammar import InvalidArgumentError
 
     if kwargs.get("grammar") is None:
-        raise ValueError("the hf_fvo custom_generate recipe needs grammar=<hf_fvo.Grammar>")
+        raise InvalidArgumentError(
+            "the hf_fvo custom_generate recipe needs grammar=<hf_fvo.Grammar>"
+        )
     inputs = args[0] if args else kwargs.pop("inputs", None)
     kwargs.pop("inputs", None)
     if inputs is None:
