@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 DEMO_SCHEMA = {
     "type": "object",
@@ -201,8 +202,6 @@ def audit(args: argparse.Namespace) -> int:
     from hf_fvo.grammar.json_schema import prepare_json_schema
     from hf_fvo.grammar.sources import regex_source
 
-    if args.samples < 0:
-        raise CLIError(f"--samples must be ≥ 0, got {args.samples}")
     try:  # refuse a bad grammar before the slow model load
         if args.schema is not None:
             schema = _schema(args.schema)
@@ -331,19 +330,64 @@ def _is_json(text: str) -> bool:
     return True
 
 
+def _count(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be ≥ {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def _fraction(text: str) -> float:
+    """A tolerance in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1), got {text}")
+    return value
+
+
+def _phi(text: str) -> str:
+    from hf_fvo.phi import ESTIMATORS
+
+    if text not in ESTIMATORS:
+        raise argparse.ArgumentTypeError(f"unknown estimator {text!r}; choose one of "
+                                         f"{', '.join(sorted(ESTIMATORS))}")  # fmt: skip
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a bad argument is the CLI's one-line error (exit 2), not usage."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("hf-fvo").strip()
+        raise CLIError(f"{command}: {message}" if command else message)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``hf-fvo`` argument parser."""
-    parser = argparse.ArgumentParser(prog="hf-fvo", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="hf-fvo", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("demo", help="grammar-constrained JSON on the embedded SmolLM2 model")
     p.add_argument("--model", help="local Transformers model folder (default: embedded SmolLM2)")
     p.add_argument("--schema", help="JSON schema file (default: a small person schema)")
     p.add_argument("--prompt", default=DEMO_PROMPT)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=_count(1), default=64)
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_count(0), default=0)
     p.add_argument(
-        "--samples", type=int, default=20, help="FVO-Spec samples on the finite schema (0: skip)"
+        "--samples",
+        type=_count(0),
+        default=20,
+        help="FVO-Spec samples on the finite schema (0: skip)",
     )
     p.set_defaults(func=demo)
 
@@ -354,13 +398,13 @@ def build_parser() -> argparse.ArgumentParser:
     grammar.add_argument("--schema", help="JSON schema file (compact JSON, no whitespace)")
     grammar.add_argument("--regex", help="regular expression the whole output must match")
     grammar.add_argument("--choices", nargs="+", help="the output must be one of these strings")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--tol", type=float, default=1e-6, help="unexplored mass of the exact laws")
-    p.add_argument("--max-nodes", type=int, default=20_000, help="forwards before sampling")
-    p.add_argument("--samples", type=int, default=50, help="FVO draws, or draws per sampler")
-    p.add_argument("--phi", default="onestep", help="estimator of the sampled audit")
+    p.add_argument("--max-new-tokens", type=_count(1), default=64)
+    p.add_argument("--tol", type=_fraction, default=1e-6, help="unexplored mass of the exact laws")
+    p.add_argument("--max-nodes", type=_count(1), default=20_000, help="forwards before sampling")
+    p.add_argument("--samples", type=_count(0), default=50, help="FVO draws, or draws per sampler")
+    p.add_argument("--phi", type=_phi, default="onestep", help="estimator of the sampled audit")
     p.add_argument("--png", default="hf_fvo_audit.png", help="where to write the figure")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_count(0), default=0)
     p.set_defaults(func=audit)
 
     p = sub.add_parser("bench", help="run a benchmark suite; results as a dataset and a table")
@@ -368,28 +412,35 @@ def build_parser() -> argparse.ArgumentParser:
                    "or a Hub dataset id")  # fmt: skip
     p.add_argument("--model", help="local Transformers model folder (default: embedded SmolLM2)")
     p.add_argument("--draft", help="draft model folder, or 'bf16' (a bfloat16 copy): FVO-Spec")
-    p.add_argument("--phi", default="exact", help="estimator compared with masking")
-    p.add_argument("--samples", type=int, default=100, help="draws where no oracle applies")
-    p.add_argument("--sampled-phi", default="onestep",
+    p.add_argument("--phi", type=_phi, default="exact", help="estimator compared with masking")
+    p.add_argument("--samples", type=_count(0), default=100, help="draws where no oracle applies")
+    p.add_argument("--sampled-phi", type=_phi, default="onestep",
                    help="estimator sampled instead of exact Φ where no oracle applies")  # fmt: skip
-    p.add_argument("--tol", type=float, default=1e-6, help="unexplored mass of μ* and exact Φ")
-    p.add_argument("--proj-tol", type=float, default=1e-3, help="unexplored mass of μ_proj")
-    p.add_argument("--max-nodes", type=int, default=50_000, help="forwards per exact law")
+    p.add_argument("--tol", type=_fraction, default=1e-6, help="unexplored mass of μ* and exact Φ")
+    p.add_argument("--proj-tol", type=_fraction, default=1e-3, help="unexplored mass of μ_proj")
+    p.add_argument("--max-nodes", type=_count(1), default=50_000, help="forwards per exact law")
     p.add_argument("--rows", nargs="*", help="only rows whose name contains one of these")
     p.add_argument("--out", default="hf_fvo_bench", help="output folder")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_count(0), default=0)
     p.set_defaults(func=bench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hf-fvo`` command."""
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)
         return args.func(args)
     except CLIError as exc:
         print(f"hf-fvo: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # hf_fvo's typed errors (GrammarError is a ValueError)
+        from hf_fvo.grammar import GrammarError
+
+        if not isinstance(exc, GrammarError):
+            raise
+        print(f"hf-fvo: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
 

@@ -82,6 +82,11 @@ def test_audit_prints_the_tv_and_writes_a_figure(tmp_path, capsys):
         (["audit", "--regex", "(unclosed"], "cannot compile the grammar"),
         (["audit", "--choices", "a", "--model", "/no/such/folder"], "no model folder"),
         (["audit", "--choices", "a", "--samples", "-1"], "--samples"),
+        (["audit", "--choices", "a", "--phi", "exakt"], "unknown estimator 'exakt'"),
+        (["audit", "--choices", "a", "--max-new-tokens", "0"], "--max-new-tokens: must be ≥ 1"),
+        (["audit", "--choices", "a", "--tol", "-1"], "--tol: must lie in [0, 1)"),
+        (["bench", "--max-nodes", "many"], "--max-nodes: expected an integer"),
+        (["nonsense"], "invalid choice"),
     ],
 )
 def test_audit_bad_input_prints_one_line_and_exits_2(capsys, argv, message):
