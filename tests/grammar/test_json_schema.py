@@ -289,3 +289,9 @@ def test_compact_default_and_flexible_whitespace(smol_tokenizer):
     assert accepts(compact, tok, '{"a":[1,2]}') and not accepts(compact, tok, '{"a": [1,2]}')
     assert accepts(default, tok, '{ "a": [1, 2] }') and not accepts(default, tok, pretty)
     assert accepts(flexible, tok, pretty) and not accepts(flexible, tok, " " + pretty)
+
+
+def test_contradictory_bounds_name_the_keywords(smol_tokenizer):
+    schema = {"type": "array", "minItems": 3, "maxItems": 1}
+    with pytest.raises(EmptyLanguageError, match=r"minItems \(3\) is greater than maxItems"):
+        Grammar.from_json_schema(schema, smol_tokenizer)
