@@ -5,7 +5,8 @@ Grammar engines build unions (``anyOf``) and, for the keywords they merge, inter
 ``dependencies`` and exclusive ``oneOf`` need a complement. :func:`negate` computes one wherever
 the complement is itself a union of such schemas — exactly, never approximately:
 
-- ``¬{required: [a, b]}`` = non-objects ∪ objects without ``a`` ∪ objects without ``b``;
+- ``¬{required: [a, b]}`` = objects without ``a`` ∪ objects without ``b`` (non-objects satisfy
+  ``required``);
 - ``¬{type: T}`` = the other types; ``¬{enum: V}`` = values outside V (strings by an anchored
   pattern, numbers by open intervals); ``¬{minimum: x}`` = numbers below x, and so on;
 - ``¬{properties: {p: S}}`` = objects holding ``p`` with a value in ``¬S``;
@@ -23,8 +24,7 @@ parts declare.
 Example:
     >>> from hf_fvo.grammar.schema_logic import negate
     >>> negate({"required": ["a"]}, {})
-    [{'type': ['null', 'boolean', 'array', 'number', 'string']},
-     {'type': 'object', 'properties': {'a': False}}]
+    [{'type': 'object', 'properties': {'a': False}}]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 import re
 from typing import Any
 
@@ -205,12 +206,12 @@ def _numbers_complement(values: list[float]) -> list[dict[str, Any]]:
     return parts
 
 
-def _negate_values(values: list[Any]) -> list[Any] | None:
+def _negate_values(values: list[Any]) -> list[Any]:
+    """Schemas whose union holds exactly the JSON values different from every one of
+    ``values`` (any JSON values: objects and arrays are compared key by key, item by item)."""
     by_type: dict[str, list[Any]] = {}
     for v in values:
         by_type.setdefault(_json_type(v), []).append(v)
-    if "object" in by_type or "array" in by_type:
-        return None
     out: list[Any] = []
     rest = _except(set(by_type))
     if rest:
@@ -223,6 +224,30 @@ def _negate_values(values: list[Any]) -> list[Any] | None:
         out.append({"type": "string", "pattern": pattern})
     if "number" in by_type:
         out.extend(_numbers_complement(by_type["number"]))
+    for kind in ("object", "array"):
+        distinct = {_json_key(v): v for v in by_type.get(kind, [])}.values()
+        whole = _all_of([_any_of(_differs_from(v)) for v in distinct])
+        if distinct and whole is not False:
+            out.append(whole)
+    return out
+
+
+def _differs_from(value: dict[str, Any] | list[Any]) -> list[Any]:
+    """Objects (arrays) different from ``value``: a key missing, a key's value different, or a
+    key more (a length different, or an item different)."""
+    if isinstance(value, dict):
+        out: list[Any] = [{"type": "object", "properties": {k: False}} for k in value]
+        for k, v in value.items():
+            out.append({"type": "object", "required": [k],
+                        "properties": {k: _any_of(_negate_values([v]))}})  # fmt: skip
+        out.append({"type": "object", "minProperties": len(value) + 1})
+        return out
+    n = len(value)
+    out = [{"type": "array", "maxItems": n - 1}] if n else []
+    out.append({"type": "array", "minItems": n + 1})
+    for i, item in enumerate(value):
+        prefix = [True] * i + [_any_of(_negate_values([item]))]
+        out.append({"type": "array", "minItems": n, "maxItems": n, "prefixItems": prefix})
     return out
 
 
@@ -263,6 +288,10 @@ def negate(
         return [True]
     if context is not None and disjoint(context, node, defs):
         return [True]  # nothing in the context satisfies node
+    if context is not None:
+        by_kind = _complement_by_kind(node, context, defs)
+        if by_kind is not None:
+            return by_kind
     out: list[Any] = []
     for key, value in node.items():
         part = _negate_keyword(node, key, value, defs, context, depth)
@@ -296,11 +325,9 @@ def _negate_keyword(
         return [rest] if rest else []
     if key in ("enum", "const"):
         return _negate_values([value] if key == "const" else value)
-    if key == "required":
+    if key == "required":  # non-objects satisfy it: only objects lacking a name fail it
         needed = _object_facts(context, defs)[0] if context is not None else set()
-        return [_except({"object"}), *(
-            {"type": "object", "properties": {n: False}} for n in value if n not in needed
-        )]  # fmt: skip
+        return [{"type": "object", "properties": {n: False}} for n in value if n not in needed]
     if key == "properties":
         return _negate_properties(value, defs, context, depth)
     if key == "additionalProperties":
@@ -324,6 +351,10 @@ def _negate_keyword(
     if key in ("minLength", "minItems"):
         kind, other = ("string", "maxLength") if key == "minLength" else ("array", "maxItems")
         return [] if value == 0 else [{"type": kind, other: value - 1}]
+    if key == "minProperties":
+        return [] if value == 0 else [{"type": "object", "maxProperties": value - 1}]
+    if key == "maxProperties":
+        return [{"type": "object", "minProperties": value + 1}]
     if key in ("maxLength", "maxItems"):
         kind, other = ("string", "minLength") if key == "maxLength" else ("array", "minItems")
         return [{"type": kind, other: value + 1}]
@@ -349,10 +380,19 @@ def _negate_keyword(
         return out
     if key == "not":
         return [value]  # ¬¬S = S
-    if key == "oneOf":
-        if not all(disjoint(x, y, defs) for x, y in itertools.combinations(value, 2)):
-            return None
-        key = "anyOf"  # pairwise disjoint branches: exactly one ⇔ at least one
+    if key == "oneOf":  # not exactly one: none of them, or two at once
+        nones = []
+        for sub in value:
+            negs = negate(sub, defs, context, depth + 1)
+            if negs is None:
+                return None
+            nones.append(_any_of(negs))
+        none = _all_of(nones)
+        out = [] if none is False else [none]
+        for x, y in itertools.combinations(value, 2):
+            if not disjoint(x, y, defs):
+                out.append(_all_of([x, y]))
+        return out
     if key == "anyOf":
         conj = []
         for sub in value:
@@ -396,6 +436,9 @@ def _closed_keys(node: Any, defs: dict[str, Any]) -> set[str] | None:
     node = _resolve(node, defs)
     if not isinstance(node, dict):
         return None
+    values = _value_set(node, defs)
+    if values is not None and all(isinstance(v, dict) for v in values):
+        return {k for v in values for k in v}  # one of finitely many objects
     if node.get("additionalProperties") is False and not node.get("patternProperties"):
         return {k for k, v in node.get("properties", {}).items() if v is not False}
     for sub in node.get("allOf", []):
@@ -451,6 +494,80 @@ def _negate_items(
     return None
 
 
+def _complement_by_kind(node: Any, context: Any, defs: dict[str, Any]) -> list[Any] | None:
+    """C ∖ node split by JSON type, where for every type of the context C, ``node`` accepts
+    all of its values (C ∖ node holds none), none of them, or C and ``node`` are disjoint on it
+    (C ∖ node holds all of C's); ``None`` where some type is none of these."""
+    outside = []
+    for kind in sorted(_types_of(context, defs)):
+        verdict = _on_kind(node, kind, defs)
+        if verdict == "all":
+            continue
+        if verdict is None and not _disjoint_on(kind, context, node, defs, 0):
+            return None
+        outside.append(kind)
+    if not outside:
+        return []
+    return [{"type": outside[0] if len(outside) == 1 else outside}]
+
+
+# keywords that constrain values of one JSON type only
+_KIND_KEYWORDS = {
+    "null": (),
+    "boolean": (),
+    "string": ("minLength", "maxLength", "pattern", "format"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "array": ("items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems",
+              "contains", "minContains", "maxContains", "unevaluatedItems"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties",
+               "propertyNames", "minProperties", "maxProperties", "dependencies",
+               "dependentRequired", "dependentSchemas", "unevaluatedProperties"),
+}  # fmt: skip
+
+
+def _on_kind(node: Any, kind: str, defs: dict[str, Any], depth: int = 0) -> str | None:
+    """Whether ``node`` accepts ``"all"`` or ``"none"`` of the JSON values of type ``kind``
+    (``None``: some, or unknown). Sound: never wrong, sometimes ``None``."""
+    node = _resolve(node, defs)
+    if node is True:
+        return "all"
+    if node is False:
+        return "none"
+    if not isinstance(node, dict) or depth > 16:
+        return None
+    if kind not in _types_of(node, defs):
+        return "none"
+    if "const" in node or "enum" in node or "if" in node:
+        return None
+    if kind == "number" and "number" not in _declared_types(node, defs):
+        return None  # integers only
+    if any(key in node for key in _KIND_KEYWORDS[kind]):
+        return None
+    parts = list(node.get("allOf", []))
+    if "$ref" in node:
+        parts.append(_ref_target(node, defs))
+    verdicts = [_on_kind(sub, kind, defs, depth + 1) for sub in parts]
+    if "not" in node:
+        inner = _on_kind(node["not"], kind, defs, depth + 1)
+        verdicts.append({"all": "none", "none": "all"}.get(inner) if inner else None)
+    if "anyOf" in node:
+        alts = [_on_kind(sub, kind, defs, depth + 1) for sub in node["anyOf"]]
+        verdicts.append("all" if "all" in alts else "none" if all(v == "none" for v in alts)
+                        else None)  # fmt: skip
+    if "oneOf" in node:
+        alts = [_on_kind(sub, kind, defs, depth + 1) for sub in node["oneOf"]]
+        alls, nones = alts.count("all"), alts.count("none")
+        if alls >= 2 or nones == len(alts):
+            verdicts.append("none")
+        elif alls == 1 and alls + nones == len(alts):
+            verdicts.append("all")
+        else:
+            verdicts.append(None)
+    if "none" in verdicts:
+        return "none"
+    return "all" if all(v == "all" for v in verdicts) else None
+
+
 # -- disjointness ----------------------------------------------------------------------------
 
 
@@ -498,6 +615,31 @@ def _object_facts(node: Any, defs: dict[str, Any]) -> tuple[set[str], set[str], 
         if c is not None:
             closed = c if closed is None else closed & c
     return required, forbidden, closed
+
+
+def _property_count_bounds(
+    node: Any, defs: dict[str, Any], depth: int = 0
+) -> tuple[float, float]:
+    """(fewest, most) properties an object satisfying ``node`` can hold, as far as its
+    ``required``, ``minProperties``/``maxProperties``, closed key sets and logic say (sound)."""
+    node = _resolve(node, defs)
+    if not isinstance(node, dict) or depth > 16:
+        return 0, math.inf
+    low = max(len(set(node.get("required", []))), node.get("minProperties", 0))
+    closed = _closed_keys(node, defs)
+    high = min(node.get("maxProperties", math.inf), math.inf if closed is None else len(closed))
+    parts = list(node.get("allOf", []))
+    if "$ref" in node:
+        parts.append(_ref_target(node, defs))
+    for sub in parts:
+        lo, hi = _property_count_bounds(sub, defs, depth + 1)
+        low, high = max(low, lo), min(high, hi)
+    for key in ("anyOf", "oneOf"):
+        if node.get(key):
+            bounds = [_property_count_bounds(sub, defs, depth + 1) for sub in node[key]]
+            low = max(low, min(lo for lo, _ in bounds))
+            high = min(high, max(hi for _, hi in bounds))
+    return low, high
 
 
 def _property(node: Any, name: str, defs: dict[str, Any]) -> Any:
@@ -552,7 +694,9 @@ def _disjoint_on(kind: str, a: Any, b: Any, defs: dict[str, Any], depth: int) ->
             pa, pb = _property(a, name, defs), _property(b, name, defs)
             if pa is not None and pb is not None and disjoint(pa, pb, defs, depth + 1):
                 return True
-        return False
+        low_a, high_a = _property_count_bounds(a, defs)
+        low_b, high_b = _property_count_bounds(b, defs)
+        return low_a > high_b or low_b > high_a
     if kind == "number":
         la, ha = _bounds(a, defs)
         lb, hb = _bounds(b, defs)
@@ -848,9 +992,14 @@ def _prune(root: Any) -> Any:
 
 
 class _Logic:
+    """Rewrites logic keywords bottom-up. Complements are computed from the cleaned schemas as
+    written (``raw_defs``, the operands before their own rewrite: ``not: {enum: …}`` is still an
+    ``enum`` there, not the pattern it becomes) and then rewritten themselves."""
+
     def __init__(self, root: Any) -> None:
         self.root = root
         self.defs = _defs(root)
+        self.raw_defs = copy.deepcopy(self.defs)
 
     def run(self) -> Any:
         for name in list(self.defs):
@@ -863,6 +1012,7 @@ class _Logic:
     def node(self, node: Any, path: str) -> Any:
         if not isinstance(node, dict):
             return node
+        raw = node
         node = dict(node)
         for key in ("properties", "patternProperties", "dependentSchemas"):
             if key in node:
@@ -876,16 +1026,16 @@ class _Logic:
                 node[key] = [self.node(v, f"{path}/{key}/{i}") for i, v in enumerate(node[key])]
         conj: list[Any] = []
         if "not" in node:
-            negated = node.pop("not")
-            negs = negate(negated, self.defs, context=_context(node))
+            node.pop("not")
+            negs = negate(raw["not"], self.raw_defs, context=_context(raw))
             if negs is None:
                 raise UnsupportedSchemaError(
                     f"{path}/not: its complement cannot be built exactly (it negates a pattern, "
                     "multipleOf, items, uniqueItems or an open object)"
                 )
-            conj.append(_any_of(negs))
+            conj.append(self.node(_any_of(negs), f"{path}/not"))
         if "if" in node:
-            conj.append(self.conditional(node, path))
+            conj.append(self.conditional(node, raw, path))
         # keys that require the same names form one condition: (no such key) or (the names)
         groups: dict[tuple[str, ...], list[str]] = {}
         for name, deps in node.pop("dependentRequired", {}).items():
@@ -906,7 +1056,7 @@ class _Logic:
                 f"{path}/contains: contains/minContains/maxContains are not supported"
             )
         if "oneOf" in node:
-            conj.append(self.one_of(node.pop("oneOf"), path))
+            conj.append(self.one_of(node.pop("oneOf"), raw["oneOf"], path))
         if "minProperties" in node or "maxProperties" in node:
             counts = self.property_counts(node, path)
             if counts is not None:
@@ -1108,33 +1258,34 @@ class _Logic:
                 return node
         return {"anyOf": branches}
 
-    def conditional(self, node: dict[str, Any], path: str) -> Any:
+    def conditional(self, node: dict[str, Any], raw: dict[str, Any], path: str) -> Any:
         condition = node.pop("if")
         then, otherwise = node.pop("then", True), node.pop("else", True)
-        negs = negate(condition, self.defs, context=_context(node))
+        negs = negate(raw["if"], self.raw_defs, context=_context(raw))
         if negs is None:
             raise UnsupportedSchemaError(
                 f"{path}/if: the schemas failing 'if' cannot be described exactly, so else "
                 "cannot be applied"
             )
+        failing = self.node(_any_of(negs), f"{path}/if")
         return _any_of(
             [
                 p
-                for p in (_all_of([condition, then]), _all_of([_any_of(negs), otherwise]))
+                for p in (_all_of([condition, then]), _all_of([failing, otherwise]))
                 if p is not False
             ]
         )
 
-    def one_of(self, branches: list[Any], path: str) -> Any:
+    def one_of(self, branches: list[Any], raw: list[Any], path: str) -> Any:
         """Exactly one branch: each branch conjoined with the complement of every branch it
-        may overlap."""
+        may overlap (complements from the branches as written, ``raw``)."""
         parts = []
         for i, bi in enumerate(branches):
             complements = []
-            for j, bj in enumerate(branches):
-                if i == j or disjoint(bi, bj, self.defs):
+            for j, bj in enumerate(raw):
+                if i == j or disjoint(raw[i], bj, self.raw_defs):
                     continue
-                negs = negate(bj, self.defs, context=bi)
+                negs = negate(bj, self.raw_defs, context=raw[i])
                 if negs is None:
                     raise UnsupportedSchemaError(
                         f"{path}/oneOf: branches {i} and {j} may both match and the instances "
@@ -1142,7 +1293,8 @@ class _Logic:
                         "cannot be enforced; use anyOf if overlap is acceptable"
                     )
                 complements.append(negs)
-            part = _all_of([bi, _conjunction_of_unions(complements)])
+            excluded = self.node(_conjunction_of_unions(complements), f"{path}/oneOf/{i}")
+            part = _all_of([bi, excluded])
             if part is not False:
                 parts.append(part)
         if len(parts) > _MAX_ALTERNATIVES:
