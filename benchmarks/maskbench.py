@@ -51,6 +51,11 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None)
     ap.add_argument("--engines", default=",".join(e for e in ENGINES if e != "hf_fvo_automaton"))
     ap.add_argument("--memory-gb", type=float, default=8.0, help="address-space cap per worker")
+    ap.add_argument(
+        "--out",
+        default="/tmp/hf_fvo_maskbench_mismatches.jsonl",
+        help="every valid instance rejected or invalid one accepted, per engine",
+    )
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     tok = load_default_tokenizer()
@@ -58,6 +63,7 @@ def main() -> None:
     engines = args.engines.split(",")
     pools = {name: Pool(name, args.memory_gb) for name in engines}
     stats = {name: defaultdict(int) for name in [*engines, "hf_fvo (search)"]}
+    mismatches: list[dict] = []
     for i, row in enumerate(rows):
         order = schema_key_order(row["schema"]) if _prepares(row["schema"]) else []
         rank = {k: j for j, k in enumerate(order)}
@@ -68,6 +74,11 @@ def main() -> None:
             result = pools[name].run({"schema": row["schema"], "strict": False, "texts": texts},
                                      args.timeout)  # fmt: skip
             _count(stats[name], result, valid)
+            for case, ok in zip(row["tests"], result.get("accepted") or [], strict=False):
+                if ok != case["valid"]:
+                    mismatches.append({"engine": name, "file": row.get("file"),
+                                       "description": case["description"],
+                                       "valid": case["valid"], "data": case["data"]})  # fmt: skip
         s = stats["hf_fvo (search)"]
         try:
             g = Grammar.from_json_schema(row["schema"], tok, whitespace="", strict=False)
@@ -79,10 +90,17 @@ def main() -> None:
             text = accepting_serialization(g, case["data"], tok, key_order=order,
                                            search=case["valid"])  # fmt: skip
             _tally(s, case["valid"], text is not None)
+            if (text is not None) != case["valid"]:
+                mismatches.append({"engine": "hf_fvo (search)", "file": row.get("file"),
+                                   "description": case["description"], "valid": case["valid"],
+                                   "data": case["data"]})  # fmt: skip
         if (i + 1) % 50 == 0:
             print(f"{i + 1}/{len(rows)}", flush=True)
     for pool in pools.values():
         pool.close()
+    with open(args.out, "w") as f:
+        for m in mismatches:
+            f.write(json.dumps(m) + "\n")
     lines = [
         "## MaskBench: valid instances accepted, invalid ones rejected",
         "",
