@@ -122,7 +122,7 @@ def main() -> None:
     complete = [r for r in records if r["complete"]]
     valid = [r for r in complete if r["valid"]]
     lines = [
-        "## Real-world schemas: sampled outputs validate",
+        f"## Real-world schemas: sampled outputs validate (phi={args.phi})",
         "",
         f"`python benchmarks/realworld_generation.py --schemas {args.schemas} --samples "
         f"{args.samples} --phi {args.phi} --max-new-tokens {args.max_new_tokens} --write` on "

@@ -101,7 +101,7 @@ class FVOLogitsProcessor(LogitsProcessor):
             )
         self.grammar = grammar
         self.prompt_length = check_int("prompt_length", prompt_length, optional=True)
-        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, optional=True)
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1, optional=True)
         self._cache_size = check_int("cache_size", cache_size, minimum=1)
         if tokenizer is not None:
             grammar.check_tokenizer(tokenizer)

@@ -617,9 +617,7 @@ def _object_facts(node: Any, defs: dict[str, Any]) -> tuple[set[str], set[str], 
     return required, forbidden, closed
 
 
-def _property_count_bounds(
-    node: Any, defs: dict[str, Any], depth: int = 0
-) -> tuple[float, float]:
+def _property_count_bounds(node: Any, defs: dict[str, Any], depth: int = 0) -> tuple[float, float]:
     """(fewest, most) properties an object satisfying ``node`` can hold, as far as its
     ``required``, ``minProperties``/``maxProperties``, closed key sets and logic say (sound)."""
     node = _resolve(node, defs)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LogitsProcessorList
 
-from hf_fvo import Grammar, OutOfGrammarError, TokenizerError
+from hf_fvo import Grammar, InvalidArgumentError, OutOfGrammarError, TokenizerError
 from hf_fvo.generation import GrammarLogitsProcessor
 from hf_fvo.models import tiny_random_llama
 
@@ -94,6 +94,10 @@ def test_constructor_validates_its_arguments(smol_tokenizer):
     g = Grammar.from_choices(CHOICES, smol_tokenizer)
     with pytest.raises(ValueError, match="prompt_length"):
         GrammarLogitsProcessor(g, prompt_length=-1)
+    with pytest.raises(InvalidArgumentError, match="max_new_tokens must be an int ≥ 1"):
+        GrammarLogitsProcessor(g, max_new_tokens=0)
+    with pytest.raises(InvalidArgumentError, match="cache_size"):
+        GrammarLogitsProcessor(g, cache_size="big")
 
 
 @pytest.mark.parametrize("phi", ["onestep", "exact"])
