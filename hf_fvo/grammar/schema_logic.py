@@ -74,7 +74,7 @@ def _any_of(parts: list[Any]) -> Any:
 
 
 def _all_of(parts: list[Any]) -> Any:
-    parts = [p for p in parts if p is not True and p != {}]
+    parts = list({_json_key(p): p for p in parts if p is not True and p != {}}.values())
     if any(p is False for p in parts):
         return False
     if not parts:
@@ -1071,10 +1071,33 @@ class _Logic:
         if "allOf" in node:
             node = _flatten_all_of(node)
         if isinstance(node, dict) and "allOf" in node:
+            node = self.without_implied(node)
+        if isinstance(node, dict) and "allOf" in node:
             node = self.expand_alternatives(node)
         if isinstance(node, dict):
             node = self.without_empty_strings(node)
         return self.distribute_type(node) if isinstance(node, dict) else node
+
+    def without_implied(self, node: dict[str, Any]) -> Any:
+        """Drop ``allOf`` members that accept every value of the types the node already
+        restricts to (a recursive object schema beside ``{"type": "integer"}``): the engine
+        would otherwise intersect the recursion with nothing to gain."""
+        kinds = _types_of({k: v for k, v in node.items() if k != "allOf"}, self.defs)
+        for member in node["allOf"]:
+            if not _is_logic(member):
+                kinds &= _types_of(member, self.defs)
+        if not kinds or kinds == set(_ALL_TYPES):
+            return node
+        kept = [  # only members that did not supply the restriction may go
+            m for m in node["allOf"]
+            if not (_is_logic(m) and all(_on_kind(m, k, self.defs) == "all" for k in kinds))
+        ]  # fmt: skip
+        if len(kept) == len(node["allOf"]):
+            return node
+        rest = {k: v for k, v in node.items() if k != "allOf"}
+        if kept:
+            return {**rest, "allOf": kept}
+        return rest or True
 
     def without_empty_strings(self, node: dict[str, Any]) -> Any:
         """A node whose patterns no string matches together (a ``pattern`` contradicting a
@@ -1291,7 +1314,9 @@ class _Logic:
                         "cannot be enforced; use anyOf if overlap is acceptable"
                     )
                 complements.append(negs)
-            excluded = self.node(_conjunction_of_unions(complements), f"{path}/oneOf/{i}")
+            excluded = self.node(
+                _conjunction_of_unions(_absorbed(complements)), f"{path}/oneOf/{i}"
+            )
             part = _all_of([bi, excluded])
             if part is not False:
                 parts.append(part)
@@ -1419,6 +1444,19 @@ class _Logic:
         return node
 
 
+def _absorbed(unions: list[list[Any]]) -> list[list[Any]]:
+    """The same conjunction of unions without repeats, and without any union whose parts include
+    another's (U₁ ⊆ U₂ makes U₁ ∩ U₂ = U₁): n overlapping ``oneOf`` branches give n − 1
+    complements each, mostly alike, which the engine would otherwise multiply out."""
+    keyed = {tuple(sorted({_json_key(p) for p in u})): u for u in unions}
+    keys = sorted(keyed, key=len)
+    kept: list[tuple[str, ...]] = []
+    for key in keys:
+        if not any(set(k) <= set(key) for k in kept):
+            kept.append(key)
+    return [keyed[k] for k in kept]
+
+
 def _conjunction_of_unions(unions: list[list[Any]]) -> Any:
     """∧_j (∨ unions[j]), with the disjuncts every union shares factored out:
     (C ∨ R_1) ∧ (C ∨ R_2) ∧ … = C ∨ (R_1 ∧ R_2 ∧ …). (Overlapping ``oneOf`` branches often
@@ -1480,6 +1518,11 @@ def _context(node: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in node.items() if k not in skip}
 
 
+def _is_logic(node: Any) -> bool:
+    """A schema whose type restriction is not read off directly (a reference or a union)."""
+    return isinstance(node, dict) and bool({"$ref", "anyOf", "oneOf", "not", "if"} & set(node))
+
+
 def _flatten_all_of(node: dict[str, Any]) -> Any:
     """Splice nested ``allOf``s and drop trivial members; ``{"allOf": [X]}`` is X. (The engine
     merges every ``allOf`` level, and cannot merge a recursive reference with siblings.)"""
@@ -1491,6 +1534,7 @@ def _flatten_all_of(node: dict[str, Any]) -> Any:
             members.append(member)
     if any(m is False for m in members):
         return False
+    members = list({_json_key(m): m for m in members}.values())  # X ∧ X = X
     rest = {k: v for k, v in node.items() if k != "allOf"}
     if not members:
         return rest

@@ -36,6 +36,7 @@ _leaf = st.one_of(
         {"type": "string", "maxLength": 1}, {"required": ["a"]}, {"required": ["type"]},
         {"minProperties": 2}, {"maxItems": 1}, {"items": {"type": "integer"}},
         {"additionalProperties": False, "properties": {"a": {}}}, {"maximum": 1}, True, False, {},
+        {"$ref": "#/$defs/tree"}, {"type": "integer", "allOf": [{"$ref": "#/$defs/tree"}]},
     ]),
     st.builds(lambda v: {"const": v}, _value),
     st.builds(lambda vs: {"enum": vs}, st.lists(_value, min_size=1, max_size=3)),
@@ -56,7 +57,11 @@ def _nest(children):
     )  # fmt: skip
 
 
-SCHEMAS = st.recursive(_leaf, _nest, max_leaves=5)
+# a recursive definition every generated schema may reference: objects whose "a" is a tree
+TREE = {"properties": {"a": {"$ref": "#/$defs/tree"}}, "maxProperties": 2}
+SCHEMAS = st.recursive(_leaf, _nest, max_leaves=5).map(
+    lambda s: {"$defs": {"tree": TREE}, **(s if isinstance(s, dict) else {"allOf": [s]})}
+)
 
 
 @settings(
