@@ -4,9 +4,11 @@ For every file of ``../shared/realworld/maskbench-dev.jsonl``, each engine compi
 the spec's language (hf_fvo ``strict=False``, XGrammar ``strict_mode=False``; llguidance and
 outlines-core have no strict mode) in its own worker process with a time limit, then reads every
 instance as the SmolLM2 tokenization of its compact JSON with keys in the schema's order
-(``schema_key_order``). Valid instances must be accepted, invalid ones rejected. For hf_fvo the
-grammar-guided search (``accepting_serialization``) is reported too: a valid instance in *any*
-key order the grammar accepts, an invalid one in the schema's order.
+(``in_schema_order``: the order of the subschema the instance matches, so that ``anyOf``
+branches listing keys in different orders each get their own). Valid instances must be
+accepted, invalid ones rejected. For hf_fvo the grammar-guided search
+(``accepting_serialization``) is reported too: a valid instance in *any* key order the grammar
+accepts, an invalid one in the schema's global order (``schema_key_order``).
 
 Usage:
     python benchmarks/maskbench.py --timeout 60 --write
@@ -26,23 +28,13 @@ sys.path.insert(0, str(ROOT))
 DEV = ROOT.parent / "shared" / "realworld" / "maskbench-dev.jsonl"
 
 
-def reorder(value, order: dict[str, int]):
-    """``value`` with every object's keys in schema order (unknown keys after, as given)."""
-    if isinstance(value, dict):
-        items = sorted(value.items(), key=lambda kv: order.get(kv[0], len(order)))
-        return {k: reorder(v, order) for k, v in items}
-    if isinstance(value, list):
-        return [reorder(v, order) for v in value]
-    return value
-
-
 def main() -> None:
     import torch
     import transformers
 
     from benchmarks.grammar_engines import ENGINES, Pool
     from hf_fvo import Grammar
-    from hf_fvo.eval.instances import accepting_serialization, schema_key_order
+    from hf_fvo.eval.instances import accepting_serialization, in_schema_order, schema_key_order
     from hf_fvo.grammar import GrammarError
     from hf_fvo.models import load_default_tokenizer
 
@@ -66,9 +58,9 @@ def main() -> None:
     mismatches: list[dict] = []
     for i, row in enumerate(rows):
         order = schema_key_order(row["schema"]) if _prepares(row["schema"]) else []
-        rank = {k: j for j, k in enumerate(order)}
         compact = {"separators": (",", ":"), "ensure_ascii": False}
-        texts = [tok.encode(json.dumps(reorder(t["data"], rank), **compact)) for t in row["tests"]]
+        texts = [tok.encode(json.dumps(in_schema_order(t["data"], row["schema"]), **compact))
+                 for t in row["tests"]]  # fmt: skip
         valid = [t["valid"] for t in row["tests"]]
         for name in engines[i % len(engines) :] + engines[: i % len(engines)]:
             result = pools[name].run({"schema": row["schema"], "strict": False, "texts": texts},
@@ -108,9 +100,11 @@ def main() -> None:
         f"of `maskbench-dev.jsonl`, SmolLM2 tokenizer, compact JSON, the spec's language (no "
         f"strict objects); {platform.processor() or platform.machine()}, torch "
         f"{torch.__version__}, transformers {transformers.__version__}. Instances are read as "
-        "the tokenizer's tokenization of their compact JSON with keys in the schema's order; "
+        "the tokenizer's tokenization of their compact JSON with keys in the order of the "
+        "subschema they match (`in_schema_order`); "
         "'hf_fvo (search)' feeds the same grammar through `accepting_serialization` (any key "
-        "order the grammar accepts for valid instances, the schema's order for invalid ones). "
+        "order the grammar accepts for valid instances, the schema's global key order for invalid "
+        "ones). "
         "Only files an engine compiles count toward its instance columns.",
         "",
         "| engine | compiled | refused | crash | timeout | valid accepted | invalid accepted |",

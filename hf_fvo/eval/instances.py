@@ -32,7 +32,7 @@ from typing import Any
 from hf_fvo.grammar import Grammar, TokenVocabulary
 from hf_fvo.grammar.errors import InvalidArgumentError
 
-__all__ = ["accepting_serialization", "schema_key_order"]
+__all__ = ["accepting_serialization", "in_schema_order", "schema_key_order"]
 
 
 def accepting_serialization(
@@ -188,3 +188,121 @@ def schema_key_order(schema: Any) -> list[str]:
         elif isinstance(node, list):
             stack.extend(reversed(node))
     return list(dict.fromkeys(order))
+
+
+def in_schema_order(value: Any, schema: Any) -> Any:
+    """``value`` with each object's keys in the order of the subschema that value matches.
+
+    :func:`schema_key_order` builds one order for the whole schema; where ``anyOf``/``oneOf``
+    branches list the same keys in different orders, no single order fits every branch. This
+    walks ``schema`` beside ``value`` instead: an object's keys follow its node's
+    ``properties``, then those of ``$ref`` targets and ``allOf`` members, then those of the first
+    ``anyOf``/``oneOf`` branch the value validates against (``jsonschema``), in the order the
+    keywords are written; keys no schema lists keep their given order, after the listed ones.
+    Only local references (``#...``) are followed.
+
+    Example:
+        >>> from hf_fvo.eval.instances import in_schema_order
+        >>> schema = {"anyOf": [{"properties": {"a": {}, "b": {"type": "string"}}},
+        ...                     {"properties": {"b": {"type": "integer"}, "a": {}}}]}
+        >>> in_schema_order({"a": 1, "b": 2}, schema)
+        {'b': 2, 'a': 1}
+    """
+    import jsonschema
+
+    root = schema if isinstance(schema, dict) else {}
+    try:
+        validator = jsonschema.validators.validator_for(root)(root)
+    except Exception:  # a schema jsonschema cannot load orders nothing
+        return value
+
+    def resolve(ref: str) -> Any:
+        if not ref.startswith("#"):
+            return None
+        node: Any = root
+        for part in [p for p in ref[1:].split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node
+
+    def valid(sub: Any, v: Any) -> bool:
+        try:
+            return validator.evolve(schema=sub).is_valid(v)
+        except Exception:  # an unloadable branch is not the match
+            return False
+
+    def applicable(v: Any, nodes: list[Any], depth: int = 0) -> list[dict]:
+        out: list[dict] = []
+        for node in nodes:
+            if not isinstance(node, dict) or depth > 32:
+                continue
+            out.append(node)
+            for key, sub in node.items():
+                if key == "$ref" and isinstance(sub, str):
+                    out.extend(applicable(v, [resolve(sub)], depth + 1))
+                elif key == "allOf" and isinstance(sub, list):
+                    out.extend(applicable(v, sub, depth + 1))
+                elif key in ("anyOf", "oneOf") and isinstance(sub, list):
+                    match = next((b for b in sub if valid(b, v)), None)
+                    out.extend(applicable(v, [match], depth + 1))
+        return out
+
+    def walk(v: Any, nodes: list[Any]) -> Any:
+        if not isinstance(v, dict | list):
+            return v
+        found = applicable(v, nodes)
+        if isinstance(v, list):
+            return [walk(item, _item_schemas(found, i)) for i, item in enumerate(v)]
+        order: list[str] = []
+        for node in found:
+            props = node.get("properties")
+            if isinstance(props, dict):
+                order.extend(props)
+        rank = {k: j for j, k in enumerate(dict.fromkeys(order))}
+        keys = sorted(v, key=lambda k: rank.get(k, len(rank)))
+        return {k: walk(v[k], _member_schemas(found, k)) for k in keys}
+
+    return walk(value, [root])
+
+
+def _member_schemas(nodes: list[dict], key: str) -> list[Any]:
+    import re
+
+    out: list[Any] = []
+    for node in nodes:
+        props = node.get("properties")
+        if isinstance(props, dict) and key in props:
+            out.append(props[key])
+            continue
+        patterns = node.get("patternProperties")
+        hits = []
+        if isinstance(patterns, dict):
+            for pattern, sub in patterns.items():
+                try:
+                    if re.search(pattern, key):
+                        hits.append(sub)
+                except re.error:
+                    pass
+        out.extend(hits)
+        if not hits and isinstance(node.get("additionalProperties"), dict):
+            out.append(node["additionalProperties"])
+    return out
+
+
+def _item_schemas(nodes: list[dict], index: int) -> list[Any]:
+    out: list[Any] = []
+    for node in nodes:
+        prefix = node.get("prefixItems")
+        items = node.get("items")
+        if isinstance(prefix, list):
+            out.append(prefix[index] if index < len(prefix) else items)
+        elif isinstance(items, list):
+            out.append(items[index] if index < len(items) else node.get("additionalItems"))
+        else:
+            out.append(items)
+    return out

@@ -1,8 +1,9 @@
 """Schemas nobody here wrote: a CI-sized slice of JSONSchemaBench and MaskBench (tests/data).
 
 Every schema compiles or is refused with a typed error that names where; on MaskBench (the spec's
-language, ``strict=False``) every valid instance is accepted (keys in the order the grammar
-fixes) and no invalid instance is accepted in the schema's key order. The whole development set
+language, ``strict=False``) every valid instance is accepted, both as written with keys in the
+order of the subschema it matches (``in_schema_order``) and by the grammar-guided search, and no
+invalid instance is accepted in either key order. The whole development set
 is measured by benchmarks/grammar_engines.py and benchmarks/maskbench.py.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hf_fvo import Grammar
-from hf_fvo.eval.instances import accepting_serialization, schema_key_order
+from hf_fvo.eval.instances import accepting_serialization, in_schema_order, schema_key_order
 from hf_fvo.grammar import EmptyLanguageError, UnsupportedSchemaError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -47,6 +48,11 @@ def test_maskbench_valid_accepted_invalid_rejected(smol_tokenizer, row):
         pytest.skip("refused with a typed error (counted by the slice test below)")
     order = schema_key_order(row["schema"])
     for case in row["tests"]:
+        written = json.dumps(in_schema_order(case["data"], row["schema"]), separators=(",", ":"),
+                             ensure_ascii=False)  # fmt: skip
+        state = g.walk(smol_tokenizer.encode(written))
+        accepted = state is not None and g.is_accepting(state)
+        assert accepted == case["valid"], (case["description"], written)
         text = accepting_serialization(
             g, case["data"], smol_tokenizer, key_order=order, search=case["valid"]
         )
@@ -65,3 +71,20 @@ def test_maskbench_slice_compiles(smol_tokenizer):
         except (UnsupportedSchemaError, EmptyLanguageError):
             pass
     assert compiled >= MIN_COMPILED["maskbench"]
+
+
+def test_in_schema_order_follows_the_branch_the_instance_matches():
+    schema = {
+        "$defs": {"pt": {"properties": {"y": {}, "x": {}}}},
+        "type": "array",
+        "items": {
+            "anyOf": [
+                {"properties": {"kind": {"const": "a"}, "id": {}}, "required": ["kind"]},
+                {"properties": {"id": {}, "kind": {"const": "b"}, "at": {"$ref": "#/$defs/pt"}}},
+            ]
+        },
+    }
+    value = [{"id": 1, "kind": "a"}, {"at": {"x": 0, "y": 1}, "kind": "b", "id": 2, "zz": 0}]
+    assert json.dumps(in_schema_order(value, schema)) == json.dumps(
+        [{"kind": "a", "id": 1}, {"id": 2, "kind": "b", "at": {"y": 1, "x": 0}, "zz": 0}]
+    )
