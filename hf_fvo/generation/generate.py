@@ -55,7 +55,7 @@ def generate(
     input_ids: Any = None,
     *,
     grammar: Grammar,
-    phi: str | PhiEstimator = "onestep",
+    phi: str | PhiEstimator = "uniform",
     prompt_length: int | None = None,
     assistant_model: Any = None,
     draft_phi: str | PhiEstimator | None = None,
@@ -75,8 +75,10 @@ def generate(
         input_ids: The prompt, a 2-D ``torch.LongTensor`` (batch × length, left-padded with an
             ``attention_mask`` for batches; batch 1 when drafting).
         grammar: The compiled grammar (built with ``vocab_size=model.config.vocab_size``).
-        phi: ``"uniform"`` (μ_proj), ``"onestep"``, ``"onestep_true"``, ``"exact"`` (finite
-            languages; μ*), or an estimator instance.
+        phi: ``"uniform"`` (μ_proj, the default: the one estimator never worse than masking;
+            ``"onestep"`` drove most outputs on open real schemas to the token cap, see
+            docs/concepts.md), ``"onestep"``, ``"onestep_true"``, ``"exact"`` (finite languages;
+            μ*), or an estimator instance.
         prompt_length: Columns of ``input_ids`` that are prompt; the grammar's text starts
             after them. Default: all of them. To continue a partial output, pass the prompt and
             the partial output as ``input_ids`` and the prompt's width here: the grammar resumes

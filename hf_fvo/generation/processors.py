@@ -49,7 +49,8 @@ class FVOLogitsProcessor(LogitsProcessor):
 
     Args:
         grammar (`Grammar`): The compiled grammar.
-        phi (`str` or `PhiEstimator`): ``"uniform"``, ``"onestep"``, ``"exact"`` or an estimator.
+        phi (`str` or `PhiEstimator`): ``"uniform"`` (default: masking), ``"onestep"``,
+            ``"exact"`` or an estimator.
         model (*optional*): The model, for estimators that run forwards (``"exact"``).
         prompt_length (`int`, *optional*): Columns of ``input_ids`` before the grammar's text
             (left padding included). Default: the width of the first ``input_ids`` seen, so use a
@@ -86,7 +87,7 @@ class FVOLogitsProcessor(LogitsProcessor):
     def __init__(
         self,
         grammar: Grammar,
-        phi: str | PhiEstimator = "onestep",
+        phi: str | PhiEstimator = "uniform",
         model: Any = None,
         prompt_length: int | None = None,
         max_new_tokens: int | None = None,
