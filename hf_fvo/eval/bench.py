@@ -22,6 +22,7 @@ import torch
 from hf_fvo.eval.audit import _two_sample_tv
 from hf_fvo.eval.laws import TerminalLaw, sampling_law, sampling_law_on
 from hf_fvo.eval.product import product_tv
+from hf_fvo.eval.reference import importance_sample
 from hf_fvo.grammar import Grammar, GrammarTooLargeError, TokenVocabulary
 from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi import ExactPhi, PrefixLM
@@ -140,7 +141,9 @@ def run_row(
     far larger trie. Each TV is exact up to half the two laws' residuals (``residual``).
     Rows without an oracle (or whose trie exceeds ``max_nodes``, said in ``note``) are sampled;
     there exact Φ is out of reach too, so ``phi="exact"`` samples with ``sampled_phi`` (recorded
-    as ``phi``).
+    as ``phi``), and both the masked and the Φ̂ draws are compared with an importance-sampled μ*
+    reference (:func:`~hf_fvo.eval.reference.importance_sample`): mean length, share cut off
+    by the budget, first-token law.
     """
     import hf_fvo
 
@@ -200,6 +203,8 @@ def run_row(
         tv, p95 = _two_sample_tv(masked, reweighted, np.random.default_rng(seed))
         out.update(sampled_tv=tv, sampled_null_p95=p95, samples=samples,
                    phi_overhead=seconds[phi] / seconds["uniform"])  # fmt: skip
+        out.update(_against_reference(model, prompt, g, budget, draws["uniform"], draws[phi],
+                                      samples, seed))  # fmt: skip
     if draft is not None and row["model"] == "default" and samples:
         torch.manual_seed(seed)
         accepted = proposed = tokens = 0
@@ -217,13 +222,63 @@ def run_row(
     return out
 
 
+def _against_reference(
+    model: Any,
+    prompt: tuple[int, ...],
+    g: Grammar,
+    budget: int,
+    masked: list[tuple[int, ...]],
+    reweighted: list[tuple[int, ...]],
+    samples: int,
+    seed: int,
+) -> dict:
+    """Masked and Φ̂ draws beside an importance-sampled μ* reference (its own ``samples`` masked
+    draws weighted by p/q): mean length (± its standard error), share of draws the budget cut
+    off before EOS, and the TV of the first-token law to the reference's, with the 95th
+    percentile of that TV for ``samples`` draws of the reference's own weighted law (a draw set
+    consistent with μ* stays below it, up to the reference's own noise)."""
+    ref = importance_sample(model, torch.tensor([prompt]), g, samples, max_new_tokens=budget,
+                            seed=seed + 1, batch_size=min(samples, 64))  # fmt: skip
+    if not ref.weights.any():
+        return {"ref_ess": 0.0}
+    first = ref.law(lambda x: x[0])
+    ref_first = {k: p for k, (p, _) in first.items()}
+
+    def first_tv(draws: list[tuple[int, ...]]) -> float:
+        emp: dict[int, float] = {}
+        for d in draws:
+            emp[d[0]] = emp.get(d[0], 0.0) + 1 / len(draws)
+        return 0.5 * sum(abs(emp.get(k, 0.0) - ref_first.get(k, 0.0)) for k in {*emp, *ref_first})
+
+    rng = np.random.default_rng(seed)
+    w = ref.weights
+    null = [first_tv([ref.sequences[i] for i in rng.choice(len(w), size=len(masked), p=w)])
+            for _ in range(200)]  # fmt: skip
+    eos = set(g.eos_token_ids)
+    out = {"ref_ess": ref.ess}
+    out["ref_length"], out["ref_length_se"] = ref.estimate(len)
+    for key, draws in (("masked", masked), ("phi", reweighted)):
+        lengths = np.array([len(d) for d in draws], dtype=float)
+        out[f"length_{key}"] = float(lengths.mean())
+        out[f"length_{key}_se"] = float(lengths.std(ddof=1) / np.sqrt(len(lengths)))
+        out[f"capped_{key}"] = float(np.mean([not (d and d[-1] in eos) for d in draws]))
+        out[f"first_tv_{key}"] = first_tv(draws)
+    out["first_tv_null_p95"] = float(np.quantile(null, 0.95))
+    return out
+
+
 def markdown(results: list[dict]) -> str:
     """The results as a markdown table (blank cells where a measure does not apply)."""
     cols = [("name", "row"), ("oracle", "oracle"), ("phi", "Φ̂"), ("tv_proj_star", "TV(μ_proj, μ*)"),
             ("tv_proj_star_strings", "… over texts"), ("tv_phi_star", "TV(μ_Φ̂, μ*)"),
             ("residual", "laws' residual"),
             ("sampled_tv", "TV(masked, Φ̂) sampled"), ("sampled_null_p95", "null p95"),
-            ("phi_overhead", "Φ̂ time ÷ masking"), ("acceptance", "acceptance"),
+            ("phi_overhead", "Φ̂ time ÷ masking"), ("ref_ess", "μ* ref. ESS"),
+            ("ref_length", "μ* length (IS)"), ("length_masked", "masked length"),
+            ("length_phi", "Φ̂ length"), ("capped_masked", "masked capped"),
+            ("capped_phi", "Φ̂ capped"), ("first_tv_masked", "first-token TV masked–μ*"),
+            ("first_tv_phi", "… Φ̂–μ*"), ("first_tv_null_p95", "… null p95"),
+            ("acceptance", "acceptance"),
             ("tokens_per_s", "tokens/s"), ("seconds", "seconds")]  # fmt: skip
     lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * len(cols)]
     for r in results:

@@ -86,6 +86,11 @@ def test_rows_without_an_oracle_sample_a_feasible_estimator_instead_of_exact(smo
     assert not result["exact"] and result["phi"] == "onestep"
     assert 0.0 <= result["sampled_tv"] <= 1.0 and result["samples"] == 20
     assert "| digits | sampled | onestep |" in markdown([result])
+    # beside an importance-sampled μ* reference: every draw fits the budget of 4 tokens
+    assert 1.0 <= result["ref_ess"] <= 20 and 2.0 <= result["ref_length"] <= 4.0
+    assert result["capped_masked"] == result["capped_phi"] == 0.0
+    for key in ("first_tv_masked", "first_tv_phi", "first_tv_null_p95"):
+        assert 0.0 <= result[key] <= 1.0
 
 
 def test_a_trie_row_beyond_max_nodes_is_sampled_and_says_why(smol_tokenizer):
