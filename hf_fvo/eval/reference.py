@@ -155,12 +155,10 @@ def importance_sample(
     """
     from hf_fvo.generation.generate import generate
 
-    ids = _one_prompt(input_ids)
-    num_samples = check_int("num_samples", num_samples, minimum=1)
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    budget = check_int("max_new_tokens", max_new_tokens, minimum=1)
+    ids, num_samples, batch_size, budget = _checked(
+        input_ids, num_samples, batch_size, max_new_tokens, seed
+    )
     eos = set(grammar.eos_token_ids)
-    torch.manual_seed(check_int("seed", seed, minimum=0))
     sequences: list[tuple[int, ...]] = []
     log_weights: list[float] = []
     while len(sequences) < num_samples:
@@ -213,13 +211,11 @@ def rejection_sample(
         >>> all(x[0] in (3, 4) and x[1:] == (2,) for x in s.sequences), s.draws <= 400
         (True, True)
     """
-    ids = _one_prompt(input_ids)
-    num_samples = check_int("num_samples", num_samples, minimum=1)
     max_draws = check_int("max_draws", max_draws, minimum=1)
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    budget = check_int("max_new_tokens", max_new_tokens, minimum=1)
+    ids, num_samples, batch_size, budget = _checked(
+        input_ids, num_samples, batch_size, max_new_tokens, seed
+    )
     eos = set(grammar.eos_token_ids)
-    torch.manual_seed(check_int("seed", seed, minimum=0))
     kept: list[tuple[int, ...]] = []
     draws = 0
     while len(kept) < num_samples and draws < max_draws:
@@ -240,9 +236,16 @@ def rejection_sample(
     return RejectionSample(tuple(kept), draws)
 
 
-def _one_prompt(input_ids: Any) -> torch.Tensor:
+def _checked(
+    input_ids: Any, num_samples: Any, batch_size: Any, max_new_tokens: Any, seed: Any
+) -> tuple[torch.Tensor, int, int, int]:
+    """The arguments both samplers share, checked; seeds torch's generator."""
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise InvalidArgumentError(
             "input_ids must be a torch tensor of shape (1, length): one prompt, sampled many times"
         )
-    return input_ids
+    checked = [check_int(name, value, minimum=1) for name, value in (
+        ("num_samples", num_samples), ("batch_size", batch_size),
+        ("max_new_tokens", max_new_tokens))]  # fmt: skip
+    torch.manual_seed(check_int("seed", seed, minimum=0))
+    return input_ids, *checked

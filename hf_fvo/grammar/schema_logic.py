@@ -380,28 +380,20 @@ def _negate_keyword(
         return out
     if key == "not":
         return [value]  # ¬¬S = S
-    if key == "oneOf":  # not exactly one: none of them, or two at once
-        nones = []
+    if key in ("oneOf", "anyOf"):
+        complements = []  # ¬S_i for each branch
         for sub in value:
             negs = negate(sub, defs, context, depth + 1)
             if negs is None:
                 return None
-            nones.append(_any_of(negs))
-        none = _all_of(nones)
+            complements.append(_any_of(negs))
+        none = _all_of(complements)
         out = [] if none is False else [none]
-        for x, y in itertools.combinations(value, 2):
-            if not disjoint(x, y, defs):
-                out.append(_all_of([x, y]))
+        if key == "oneOf":  # not exactly one: none of them, or two at once
+            for x, y in itertools.combinations(value, 2):
+                if not disjoint(x, y, defs):
+                    out.append(_all_of([x, y]))
         return out
-    if key == "anyOf":
-        conj = []
-        for sub in value:
-            negs = negate(sub, defs, context, depth + 1)
-            if negs is None:
-                return None
-            conj.append(_any_of(negs))
-        whole = _all_of(conj)
-        return [] if whole is False else [whole]
     return None  # pattern, multipleOf, uniqueItems, propertyNames, …: no complement
 
 
