@@ -87,7 +87,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--schemas", type=int, default=20)
     ap.add_argument("--samples", type=int, default=3)
-    ap.add_argument("--phi", default="onestep")
+    ap.add_argument("--phi", default="uniform")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--out", default="/tmp/hf_fvo_realworld_generation")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
-from hf_fvo.grammar.errors import UnsupportedSchemaError
+from hf_fvo.grammar.errors import GrammarError, UnsupportedSchemaError
 from hf_fvo.grammar.formats import FORMATS, REFUSED_FORMATS, format_schema
 
 __all__ = ["PreparedSchema", "load_json_schema", "prepare_json_schema"]
@@ -139,9 +139,13 @@ def prepare_json_schema(schema: Any, *, strict: bool = True) -> PreparedSchema:
     raw = load_json_schema(schema)
     cleaner = _Cleaner(raw)
     root = cleaner.run()
-    if strict:
-        root = apply_strict(root)
-    root = rewrite_logic(root)
+    try:
+        if strict:
+            root = apply_strict(root)
+        root = rewrite_logic(root)
+    except GrammarError as exc:  # name the user's definitions, not their hoisted copies
+        exc.args = (cleaner.user_pointers(str(exc)), *exc.args[1:])
+        raise
     return PreparedSchema(root, tuple(cleaner.ignored))
 
 
@@ -175,6 +179,14 @@ class _Cleaner:
                 return False
             root = {**root, "$defs": {**root.get("$defs", {}), **self.defs}}
         return root
+
+    def user_pointers(self, message: str) -> str:
+        """``message`` with each hoisted definition (``#/$defs/hf_fvo_ref3``, or a strict copy
+        of one) replaced by where the schema defines it (``#/definitions/address``)."""
+        where = {name: uri[len(_ROOT_URI) :] if uri.startswith(_ROOT_URI + "#") else uri
+                 for uri, name in self.hoisted.items()}  # fmt: skip
+        return re.sub(r"#/\$defs/(hf_fvo_ref\d+)(?:_strict\d+)*",
+                      lambda m: where.get(m.group(1), m.group(0)), message)  # fmt: skip
 
     # index of $id resources and anchors, for reference resolution
     def _index(self, node: Any, base: str, path: str, depth: int) -> None:
@@ -400,8 +412,9 @@ def _check_regex(pattern: Any, path: str, what: str) -> str:
         raise UnsupportedSchemaError(f"{path}: {what} must be a string, got {_short(pattern)}")
     if _LOOKAROUND.search(pattern):
         raise UnsupportedSchemaError(
-            f"{path}: {what} {pattern!r} uses look-around, which no regular or context-free "
-            "engine enforces; rewrite it without (?=, (?!, (?<= or (?<!"
+            f"{path}: {what} {pattern!r} uses look-around, which the regex engines hf_fvo "
+            "builds on (Rust regex syntax: llguidance, outlines-core) do not compile, though a "
+            "bounded look-around is regular; rewrite it without (?=, (?!, (?<= or (?<!"
         )
     if _BACKREFERENCE.search(pattern):
         raise UnsupportedSchemaError(

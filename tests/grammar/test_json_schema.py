@@ -201,6 +201,14 @@ def test_strict_objects_and_the_spec_language(smol_tokenizer):
         ({"type": "string", "format": "regex"}, "#/format: format 'regex' cannot be enforced"),
         ({"type": "object", "unevaluatedProperties": False}, "unevaluatedProperties"),
         ({"type": "string", "not": {"pattern": "a"}}, "#/not: its complement"),
+        # inside a referenced definition (and its strict copy): the user's pointer, not the
+        # name of hf_fvo's hoisted copy
+        ({"definitions": {"tags": {"type": "array", "items": {}, "uniqueItems": True}},
+          "properties": {"t": {"$ref": "#/definitions/tags"}}},
+         "^#/definitions/tags/uniqueItems: uniqueness"),
+        ({"$defs": {"n": {"properties": {"name": {"type": "string", "not": {"pattern": "a"}}}}},
+          "properties": {"x": {"$ref": "#/$defs/n"}}},
+         "^#/\\$defs/n/properties/name/not: its complement"),
         ({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]},
          "#/oneOf: branches 0 and 1 may both match"),
         ({"type": "object", "required": "a"}, "#/required: required must be an array"),
