@@ -169,16 +169,18 @@ def importance_sample(
             return_dict_in_generate=True, output_scores=True, output_logits=True,
             pad_token_id=grammar.eos_token_id, eos_token_id=sorted(eos),
         )  # fmt: skip
-        generated = out.sequences[:, ids.shape[1] :].tolist()
-        for r, row in enumerate(generated):
+        generated = out.sequences[:, ids.shape[1] :]
+        # per step and row: log p_t(x_t) − log q_t(x_t), one log-softmax per step for all rows
+        steps = [
+            (torch.log_softmax(p.double(), -1) - torch.log_softmax(q.double(), -1))
+            .gather(1, generated[:, t : t + 1]).squeeze(1)
+            for t, (p, q) in enumerate(zip(out.logits, out.scores, strict=True))
+        ]  # fmt: skip
+        for r, row in enumerate(generated.tolist()):
             end = next((i for i, t in enumerate(row) if t in eos), None)
             seq = tuple(row if end is None else row[: end + 1])
-            log_w = -math.inf
-            if end is not None:  # q's support is the language within the budget
-                log_w = 0.0
-                for t, tok in enumerate(seq):
-                    log_w += float(torch.log_softmax(out.logits[t][r].double(), -1)[tok])
-                    log_w -= float(torch.log_softmax(out.scores[t][r].double(), -1)[tok])
+            # q's support is the language within the budget: a draw cut off weighs nothing
+            log_w = -math.inf if end is None else sum(float(steps[t][r]) for t in range(len(seq)))
             sequences.append(seq)
             log_weights.append(log_w)
     return WeightedSample(tuple(sequences), tuple(log_weights))
