@@ -1,8 +1,10 @@
-"""Grammar-masked JSON generation with the embedded SmolLM2 model.
+"""Grammar-constrained JSON with the embedded SmolLM2 model: masking against learned Φ.
 
-Masking keeps every token inside the grammar but knows nothing of the length budget: with greedy
-decoding the model here starts a huge integer and runs out of tokens mid-member. The script
-reports that instead of pretending (Φ-reweighting, which counts remaining tokens, addresses it).
+Plain masking (``GrammarLogitsProcessor``) keeps every token inside the grammar but, greedy here,
+starts a 30-digit integer and runs out of tokens mid-member. The learned estimator
+(``phi="learned"``, weights shipped for this model) weighs each candidate by how likely the
+model is to finish validly after it, and the same greedy call ends with a complete object.
+The script reports whichever happens instead of pretending.
 
 Run: python examples/grammar_masked_json.py [--max-new-tokens 48]
 """
@@ -14,6 +16,7 @@ import json
 
 from transformers import LogitsProcessorList
 
+import hf_fvo
 from hf_fvo import Grammar
 from hf_fvo.generation import GrammarLogitsProcessor
 from hf_fvo.models import load_default_model, load_default_tokenizer
@@ -42,22 +45,28 @@ def main() -> None:
         messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]
     processor = GrammarLogitsProcessor(grammar, prompt_length=input_ids.shape[1])
-    out = model.generate(
+    masked = model.generate(
         input_ids,
         max_new_tokens=args.max_new_tokens,
         do_sample=False,
         logits_processor=LogitsProcessorList([processor]),
     )
-    generated = out[0, input_ids.shape[1] :].tolist()
+    report("masking", masked[0, input_ids.shape[1] :].tolist(), grammar, tokenizer)
+    learned = hf_fvo.generate(model, input_ids, grammar=grammar, phi="learned",
+                              max_new_tokens=args.max_new_tokens, do_sample=False)  # fmt: skip
+    report("learned Φ", learned[0, input_ids.shape[1] :].tolist(), grammar, tokenizer)
+
+
+def report(name: str, generated: list[int], grammar: Grammar, tokenizer) -> None:
     text = tokenizer.decode(generated, skip_special_tokens=True)
-    print(text)
+    print(f"{name}: {text}")
     state = grammar.walk(generated)
-    assert state is not None, "masking never leaves the grammar"
+    assert state is not None, "constrained generation never leaves the grammar"
     if grammar.is_accepting(state):
-        print("parsed:", json.loads(text))
+        print("  parsed:", json.loads(text))
     else:
         print(
-            f"incomplete after {len(generated)} tokens: still a valid prefix, but at least "
+            f"  incomplete after {len(generated)} tokens: still a valid prefix, but at least "
             f"{grammar.min_tokens_to_accept(state)} more tokens were needed"
         )
 

@@ -30,6 +30,7 @@ from hf_fvo.grammar import (
     TokenTrie,
     TokenVocabulary,
     UnsupportedSchemaError,
+    WeightsMismatchError,
 )
 
 __version__ = "0.1.0"
@@ -54,6 +55,7 @@ __all__ = [
     "TokenVocabulary",
     "TokenizerError",
     "UnsupportedSchemaError",
+    "WeightsMismatchError",
     "__version__",
     "generate",
 ]

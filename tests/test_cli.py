@@ -93,3 +93,25 @@ def test_audit_bad_input_prints_one_line_and_exits_2(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_train_phi_writes_a_hub_folder_that_loads(tmp_path, capsys):
+    from hf_fvo.phi import PhiModel
+
+    out = tmp_path / "phi"
+    argv = ["train-phi", "--out", str(out), "--suites", "--finite", "0", "--trajectories", "1",
+            "--epochs", "2"]  # fmt: skip
+    assert main(argv) == 0
+    assert {"model.safetensors", "config.json", "README.md", "labels.parquet"} <= {
+        p.name for p in out.iterdir()}  # fmt: skip
+    weights = PhiModel.from_pretrained(out)
+    assert weights.base_models == ["markov-lm"] and weights.training_data["positions"] > 0
+    assert "train-phi" in weights.training_data["command"]
+    assert "learned" in capsys.readouterr().out
+
+
+def test_train_phi_bad_schema_file_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text('{"nope": 1}\n')
+    assert main(["train-phi", "--out", str(tmp_path / "o"), "--schemas", str(bad)]) == 2
+    assert "name" in capsys.readouterr().err

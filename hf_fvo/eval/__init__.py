@@ -14,7 +14,7 @@ from hf_fvo.eval.laws import (
     sequence_law,
 )
 from hf_fvo.eval.plots import plot_audit
-from hf_fvo.eval.product import ProductComparison, product_tv
+from hf_fvo.eval.product import ProductComparison, product_tv, sampled_product_tv
 from hf_fvo.eval.reference import (
     RejectionSample,
     WeightedSample,
@@ -40,6 +40,7 @@ __all__ = [
     "plot_audit",
     "product_tv",
     "rejection_sample",
+    "sampled_product_tv",
     "sampling_law",
     "sampling_law_on",
     "sequence_law",

@@ -22,6 +22,7 @@ from hf_fvo.grammar.errors import (
     OutOfGrammarError,
     TokenizerError,
     UnsupportedSchemaError,
+    WeightsMismatchError,
 )
 from hf_fvo.grammar.pushdown import PushdownGrammar
 from hf_fvo.grammar.trie import TokenTrie
@@ -47,5 +48,6 @@ __all__ = [
     "TokenizerError",
     "TransitionGroups",
     "UnsupportedSchemaError",
+    "WeightsMismatchError",
     "clear_cache",
 ]

@@ -261,6 +261,36 @@ class TokenAutomaton(Grammar):
             )  # fmt: skip
         return max(int(self._longest[state]), 0)
 
+    def acceptance_probability(self, token_probs: torch.Tensor, horizon: int) -> torch.Tensor:
+        """Per state, the probability that tokens drawn i.i.d. from ``token_probs`` reach EOS at
+        an accepting state within ``horizon`` tokens (EOS counted), leaving the automaton
+        counting as failure: exact Φ under the context-free surrogate LM "every step is
+        ``token_probs``", one pass over the transitions plus ``horizon`` sweeps over the
+        (state, next state) groups.
+
+        Example:
+            >>> import torch
+            >>> from hf_fvo import Grammar
+            >>> g = Grammar.budget(4, 1, zero=0, one=1, eos_token_id=2, vocab_size=3)
+            >>> q = torch.tensor([0.5, 0.25, 0.25])  # four symbols, then EOS
+            >>> round(float(g.acceptance_probability(q, 5)[g.initial_state]), 6)
+            0.046875
+        """
+        q = token_probs.detach().double().flatten()[: self._vocab_size]
+        if len(q) < self._vocab_size:
+            q = torch.nn.functional.pad(q, (0, self._vocab_size - len(q)))
+        if getattr(self, "_group_src", None) is None:
+            counts = self._group_ptr[1:] - self._group_ptr[:-1]
+            self._group_src = torch.repeat_interleave(torch.arange(self.num_states), counts)
+        csum = torch.zeros(len(self._tokens) + 1, dtype=torch.float64)
+        torch.cumsum(q[self._tokens.long()], 0, out=csum[1:])
+        mass = csum[self._group_start[1:]] - csum[self._group_start[:-1]]
+        base = self._accepting.double() * q[list(self._eos)].sum()
+        v = torch.zeros(self.num_states, dtype=torch.float64)
+        for _ in range(max(int(horizon), 0)):
+            v = base.index_add(0, self._group_src, mass * v[self._group_dst])
+        return v
+
     def admissible(self, state: int, remaining: int | None) -> torch.Tensor:
         """A_t restricted to candidates whose completion fits in ``remaining`` tokens (EOS
         counted): y is kept when its next state can accept within ``remaining - 1`` tokens."""

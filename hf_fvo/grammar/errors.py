@@ -24,6 +24,7 @@ __all__ = [
     "OutOfGrammarError",
     "TokenizerError",
     "UnsupportedSchemaError",
+    "WeightsMismatchError",
     "check_int",
     "check_real",
 ]
@@ -64,6 +65,11 @@ class GrammarTooLargeError(GrammarError):
 
 class TokenizerError(GrammarError):
     """The tokenizer cannot be mapped to token bytes, or the grammar was compiled for another."""
+
+
+class WeightsMismatchError(GrammarError):
+    """Learned-Φ weights were trained for another base model or tokenizer than the one given,
+    or the weights folder is not a learned-Φ checkpoint."""
 
 
 class OutOfGrammarError(GrammarError):

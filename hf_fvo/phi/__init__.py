@@ -11,6 +11,7 @@ from hf_fvo.phi.base import (
 )
 from hf_fvo.phi.exact import ExactPhi, TrieExploration
 from hf_fvo.phi.exact_markov import MarkovExactPhi
+from hf_fvo.phi.learned import LearnedPhi, PhiModel
 from hf_fvo.phi.lm import PrefixLM
 from hf_fvo.phi.onestep import OneStepPhi
 from hf_fvo.phi.onestep_true import OneStepTruePhi
@@ -27,15 +28,18 @@ ESTIMATORS: dict[str, type[PhiEstimator]] = {
         MarkovExactPhi,
         RolloutPhi,
         GatedPhi,
+        LearnedPhi,
     )
 }
 
 
-def make_estimator(phi: str | PhiEstimator, grammar, model=None) -> PhiEstimator:
+def make_estimator(phi: str | PhiEstimator | PhiModel, grammar, model=None) -> PhiEstimator:
     """An estimator from its name (``"uniform"``, ``"onestep"``, ``"onestep_true"``, ``"exact"``,
-    ``"exact_markov"``, ``"rollout"``, ``"gated"``) or the instance itself, checked against
-    ``grammar``. ``"exact"`` with a :class:`~hf_fvo.models.MarkovLM` is the product-state DP
-    (any grammar), otherwise the token-trie DP (finite languages).
+    ``"exact_markov"``, ``"rollout"``, ``"gated"``, ``"learned"``), learned-Φ weights (a
+    :class:`PhiModel`), or the instance itself, checked against ``grammar``. ``"exact"`` with a
+    :class:`~hf_fvo.models.MarkovLM` is the product-state DP (any grammar), otherwise the
+    token-trie DP (finite languages); ``"learned"`` uses the weights shipped for the embedded
+    SmolLM2.
 
     Example:
         >>> from hf_fvo import Grammar
@@ -50,6 +54,8 @@ def make_estimator(phi: str | PhiEstimator, grammar, model=None) -> PhiEstimator
                 f"the estimator was built for {phi.grammar.source}, not {grammar.source}"
             )
         return phi
+    if isinstance(phi, PhiModel):
+        return LearnedPhi(grammar, model, weights=phi)
     if not isinstance(phi, str) or phi not in ESTIMATORS:
         raise InvalidArgumentError(
             f"unknown phi {phi!r}; choose one of {sorted(ESTIMATORS)} or pass an estimator"
@@ -57,7 +63,7 @@ def make_estimator(phi: str | PhiEstimator, grammar, model=None) -> PhiEstimator
     cls = ESTIMATORS[phi]
     if cls is ExactPhi and _is_markov(model):
         cls = MarkovExactPhi
-    return cls(grammar, model) if cls.needs_model else cls(grammar)
+    return cls(grammar, model) if cls.needs_model or cls is LearnedPhi else cls(grammar)
 
 
 def _is_markov(model) -> bool:
@@ -71,12 +77,14 @@ __all__ = [
     "Certificate",
     "ExactPhi",
     "GatedPhi",
+    "LearnedPhi",
     "MarkovExactPhi",
     "OneStepPhi",
     "OneStepTruePhi",
     "PhiContext",
     "PhiDiagnostics",
     "PhiEstimator",
+    "PhiModel",
     "PhiStep",
     "PrefixLM",
     "RolloutPhi",

@@ -1,0 +1,179 @@
+"""Learned Φ: the estimator contract, Hub I/O (safetensors only, offline cache), typed refusals
+for the wrong tokenizer or base model, the features' exactness where they claim it, and that
+training lowers TV to μ* on grammars and LMs it did not see."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from hf_fvo import Grammar, WeightsMismatchError
+from hf_fvo.grammar import TokenVocabulary
+from hf_fvo.models import MarkovLM, tiny_random_llama
+from hf_fvo.phi import LearnedPhi, MarkovExactPhi, PhiContext, PhiModel, make_estimator
+from hf_fvo.phi.features import FEATURE_NAMES, candidate_features
+from hf_fvo.phi.labels import labels_dataset, markov_labels
+from hf_fvo.phi.learned import DEFAULT_WEIGHTS, model_fingerprint
+from hf_fvo.phi.training import step_tv, train_phi_model
+from tests.phi.conformance import EstimatorConformance
+from tests.phi.conformance import world as world  # the shared fixture
+
+BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])
+
+
+def random_weights(seed: int = 0, **config) -> PhiModel:
+    torch.manual_seed(seed)
+    net = PhiModel(hidden=8, **config)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_()
+    return net
+
+
+class TestLearned(EstimatorConformance):
+    varies = "somewhere"
+
+    def make(self, grammar, model):
+        return LearnedPhi(grammar, weights=random_weights())
+
+
+def test_save_and_load_round_trip_bit_for_bit(tmp_path):
+    net = random_weights(3, base_model="m", tokenizers=["t"], training={"positions": 5})
+    net.save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "README.md", "config.json", "model.safetensors"]  # fmt: skip
+    back = PhiModel.from_pretrained(tmp_path)
+    a, b = net.state_dict(), back.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert back.config == net.config
+    card = (tmp_path / "README.md").read_text()
+    assert "Base model: m" in card and "positions" in card and "library_name: hf-fvo" in card
+
+
+def test_only_safetensors_are_loaded(tmp_path):
+    net = random_weights()
+    net.save_pretrained(tmp_path)
+    torch.save(net.state_dict(), tmp_path / "pytorch_model.bin")
+    (tmp_path / "model.safetensors").unlink()
+    with pytest.raises(WeightsMismatchError, match=r"model\.safetensors"):
+        PhiModel.from_pretrained(tmp_path)
+
+
+def test_a_hub_id_resolves_from_the_offline_cache(tmp_path, monkeypatch):
+    # huggingface_hub's cache layout: models--org--name/{refs/main, snapshots/<commit>/...}
+    net = random_weights(5)
+    commit = "0" * 40
+    snap = tmp_path / "models--org--phi" / "snapshots" / commit
+    net.save_pretrained(snap)
+    (tmp_path / "models--org--phi" / "refs").mkdir()
+    (tmp_path / "models--org--phi" / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    back = PhiModel.from_pretrained("org/phi", cache_dir=tmp_path)
+    a, b = net.state_dict(), back.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_wrong_tokenizer_or_base_model_is_a_typed_error(sp_tokenizer):
+    g = Grammar.from_choices(["ab", "b"], sp_tokenizer)
+    with pytest.raises(WeightsMismatchError, match="tokenizers"):
+        LearnedPhi(g, weights=random_weights(tokenizers=["another tokenizer"]))
+    net = random_weights(tokenizers=[g.tokenizer_fingerprint], base_models=["llama:0000"])
+    with pytest.raises(WeightsMismatchError, match="not for this model"):
+        LearnedPhi(g, tiny_random_llama(len(sp_tokenizer)), weights=net)
+    LearnedPhi(g, weights=net)  # no model given: only the tokenizer is checked
+    with pytest.raises(WeightsMismatchError, match="features"):
+        PhiModel(feature_names=["something else"])
+
+
+def test_shipped_weights_refuse_other_models_and_tokenizers(sp_tokenizer):
+    config = json.loads((DEFAULT_WEIGHTS / "config.json").read_text())
+    assert config["base_models"] and config["tokenizers"]
+    g = Grammar.from_choices(["ab", "b"], sp_tokenizer)
+    with pytest.raises(WeightsMismatchError):
+        make_estimator("learned", g)
+
+
+def test_shipped_weights_load_for_the_embedded_model():
+    from hf_fvo.models import load_default_model, load_default_tokenizer
+
+    tok, model = load_default_tokenizer(), load_default_model()
+    g = Grammar.from_json_schema({"enum": ["yes", "no"]}, tok, whitespace="",
+                                 vocab_size=model.config.vocab_size)  # fmt: skip
+    est = make_estimator("learned", g, model)
+    assert isinstance(est, LearnedPhi) and model_fingerprint(model) in est.weights.base_models
+    row = est.log_phi(PhiContext(g.initial_state, (), torch.zeros(model.config.vocab_size), 8))
+    assert torch.isfinite(row).any() and not torch.isnan(row).any() and (row <= 0).all()
+
+
+def test_phi_iid_is_exact_phi_when_the_lm_is_context_free():
+    # Under an LM whose every row is the same, "every future token ~ p_t" is the LM itself.
+    p1, e = 0.6, 0.1
+    lm = MarkovLM.from_table([[(1 - e) * (1 - p1), (1 - e) * p1, e]] * 3, eos_token_id=2)
+    g = Grammar.budget(12, 5, zero=0, one=1, eos_token_id=2, vocab_size=3)
+    exact = MarkovExactPhi(g, lm)
+    state, generated = g.initial_state, ()
+    for tok in (1, 1, 0, 1, 0):
+        ctx = PhiContext(state, generated, lm.log_probs[0], 13 - len(generated), (0,))
+        f = candidate_features(g, ctx)
+        true = exact.log_phi(ctx)[f.tokens].float()
+        assert torch.allclose(f.features[:, FEATURE_NAMES.index("log_phi_iid")], true, atol=1e-5)
+        state, generated = g.next_state(state, tok), (*generated, tok)
+
+
+def test_pushdown_grammars_score_the_mass_and_report_the_rest():
+    from hf_fvo.models import load_default_tokenizer
+
+    tok = load_default_tokenizer()
+    g = Grammar.from_json_schema({"type": "object", "properties": {"s": {"type": "string"}}},
+                                 tok, whitespace="")  # fmt: skip
+    state = g.walk(tok.encode('{"s":"'))
+    est = LearnedPhi(g, weights=random_weights())
+    logits = torch.randn(g.vocab_size, generator=torch.Generator().manual_seed(0))
+    step = est.step(PhiContext(state, (), logits, 30))
+    finite = torch.isfinite(step.log_phi)
+    assert torch.equal(finite, g.admissible(state, 30))
+    assert 0 < step.diagnostics.unscored < 1  # a string admits thousands of tokens
+    f = candidate_features(g, PhiContext(state, (), logits, 30))
+    assert (f.features[:, FEATURE_NAMES.index("iid_available")] == 0).all()
+
+
+def test_learned_phi_works_through_generate(sp_tokenizer):
+    import hf_fvo
+
+    g = Grammar.from_choices(["ab", "abc", "ba"], sp_tokenizer)
+    model = tiny_random_llama(len(sp_tokenizer))
+    out = hf_fvo.generate(model, torch.tensor([[5]]), grammar=g, phi=random_weights(),
+                          max_new_tokens=8, do_sample=True)  # fmt: skip
+    text = sp_tokenizer.decode([t for t in out[0, 1:].tolist() if t != g.eos_token_id])
+    assert text.replace(" ", "") in {"ab", "abc", "ba"}
+
+
+def _groups(seeds, lengths, depth=3):
+    labels = []
+    for seed in seeds:
+        lm = MarkovLM.random(4, seed=seed, bos_token_id=3, eos_token_id=2, pad_token_id=2)
+        for n in lengths:
+            labels += markov_labels(Grammar.dyck(depth, n, BRACKETS), lm, (3,), n + 1,
+                                    trajectories=8, seed=seed, group=f"{seed}/{n}")  # fmt: skip
+    return labels_dataset(labels)
+
+
+def test_training_lowers_step_tv_on_unseen_lms_and_lengths():
+    train, test = _groups(range(6), (8, 12)), _groups(range(50, 53), (10,))
+    model = train_phi_model(train, epochs=40, hidden=16, seed=0)
+    w = np.array(test["weight"])
+    masking = float(np.average(step_tv(None, test), weights=w))
+    learned = float(np.average(step_tv(model, test), weights=w))
+    assert learned < 0.8 * masking, (learned, masking)
+
+
+def test_step_tv_of_a_model_predicting_phi_exactly_is_zero():
+    rows = [{"source": "s", "group": "g", "features": [[0.0] * len(FEATURE_NAMES)] * 2,
+             "log_p": [-1.0, -2.0], "log_phi": [-0.1, -0.1], "half_width": [0.0, 0.0],
+             "log_p_eos": -math.inf, "weight": 1.0}]  # fmt: skip
+    net = PhiModel()  # Φ̂ ≈ σ(6) everywhere: the same shift on both candidates, no EOS
+    assert float(step_tv(net, labels_dataset(rows))[0]) < 1e-9
