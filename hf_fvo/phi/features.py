@@ -59,7 +59,7 @@ class CandidateFeatures:
     ``tokens``: candidate ids; ``features``: float32 (len(tokens), len(FEATURE_NAMES));
     ``rest``: admissible non-EOS ids not scored (pushdown grammars score the candidates that
     carry ``coverage`` of the mass); ``eos``: admissible EOS ids; ``logp``: log p_t over the
-    grammar's vocabulary (float64).
+    grammar's vocabulary (float64); ``mask``: the admissible set within the budget.
     """
 
     tokens: torch.Tensor
@@ -67,6 +67,7 @@ class CandidateFeatures:
     rest: torch.Tensor
     eos: torch.Tensor
     logp: torch.Tensor
+    mask: torch.Tensor
 
 
 def candidate_features(
@@ -103,7 +104,7 @@ def candidate_features(
     ids = torch.nonzero(cand).flatten()
     empty = torch.zeros((0, len(FEATURE_NAMES)), dtype=torch.float32)
     if len(ids) == 0:
-        return CandidateFeatures(ids, empty, ids, eos, logp)
+        return CandidateFeatures(ids, empty, ids, eos, logp, mask)
     log_adm = torch.logsumexp(logp[mask], 0)
     after = None if ctx.remaining is None else ctx.remaining - 1
     if isinstance(grammar, TokenAutomaton):
@@ -144,7 +145,7 @@ def candidate_features(
         feats[:, 10] = iid_flat[at].log()
     feats[:, 9] = log_adm
     feats = feats.nan_to_num(nan=LOG_FLOOR, neginf=LOG_FLOOR).clamp_min(LOG_FLOOR)
-    return CandidateFeatures(tokens, feats.float(), rest, eos, logp)
+    return CandidateFeatures(tokens, feats.float(), rest, eos, logp, mask)
 
 
 def _automaton_candidates(

@@ -25,7 +25,7 @@ from huggingface_hub import ModelHubMixin, hf_hub_download
 
 from hf_fvo.grammar import Grammar
 from hf_fvo.grammar.errors import InvalidArgumentError, WeightsMismatchError
-from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
+from hf_fvo.phi.base import PhiContext, PhiEstimator, no_dead_row
 from hf_fvo.phi.features import FEATURE_NAMES, candidate_features
 
 __all__ = ["DEFAULT_WEIGHTS", "LearnedPhi", "PhiModel", "model_fingerprint"]
@@ -290,7 +290,7 @@ class LearnedPhi(PhiEstimator):
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         g = self.grammar
         f = candidate_features(g, ctx, coverage=self.coverage, max_candidates=self.max_candidates)
-        mask = admissible_mask(g, ctx.state, ctx.remaining)
+        mask = f.mask
         out = torch.full((g.vocab_size,), -torch.inf, dtype=torch.float64)
         out[f.eos] = 0.0
         self._unscored = 0.0
