@@ -93,6 +93,18 @@ def markov_rows(weights) -> list[dict]:
     return out
 
 
+def save(out: Path, loso: list[dict], kept: dict[str, dict], markov: list[dict]) -> None:
+    """Both tables as JSON lines (after every held-out schema, so a long run can be resumed),
+    with the kept rows this run has not reached yet."""
+    import datasets
+
+    out.mkdir(parents=True, exist_ok=True)
+    seen = {r["schema"] for r in loso}
+    rows = loso + [r for name, r in kept.items() if name not in seen]
+    datasets.Dataset.from_list(rows).to_json(str(out / "loso.jsonl"))
+    datasets.Dataset.from_list(markov).to_json(str(out / "markov.jsonl"))
+
+
 def main() -> None:
     import datasets
     import torch
@@ -112,21 +124,37 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="held-out schemas whose name contains one of these")
     ap.add_argument("--out", default="benchmarks/results/learned_phi")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the rows already in --out (LOSO rows by schema, Markov rows) and "
+                    "compute only the missing ones")  # fmt: skip
     args = ap.parse_args()
     datasets.disable_progress_bars()
     labels = datasets.Dataset.from_parquet(args.labels)
     model, tokenizer = load_default_model(), load_default_tokenizer()
     t0 = time.perf_counter()
 
-    full = PhiModel.from_pretrained(args.weights) if args.weights else train_phi_model(
-        labels, epochs=args.epochs)  # fmt: skip
-    markov = markov_rows(full)
+    out = Path(args.out)
+    done = {"loso": {}, "markov": []}
+    if args.resume:
+        for part in done:
+            f = out / f"{part}.jsonl"
+            rows = [json.loads(x) for x in f.read_text().splitlines() if x] if f.exists() else []
+            done[part] = {r["schema"]: r for r in rows} if part == "loso" else rows
+    if done["markov"]:
+        markov = done["markov"]
+    else:
+        full = PhiModel.from_pretrained(args.weights) if args.weights else train_phi_model(
+            labels, epochs=args.epochs)  # fmt: skip
+        markov = markov_rows(full)
     for r in markov:
         print(json.dumps(r), flush=True)
 
     loso = []
     groups = labels["group"]
     for name, schema, text in finite_schemas(args.schemas, args.finite):
+        if name in done["loso"]:
+            loso.append(done["loso"][name])
+            continue
         if args.only and not any(k in name for k in args.only):
             continue
         keep = [i for i, g in enumerate(groups) if g not in (name, name + "/no-iid")]
@@ -140,20 +168,20 @@ def main() -> None:
         rec["reduction_vs_onestep"] = 1 - rec["learned"] / rec["onestep"]
         loso.append(rec)
         print(json.dumps(rec), flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    datasets.Dataset.from_list(loso).to_json(str(out / "loso.jsonl"))
-    datasets.Dataset.from_list(markov).to_json(str(out / "markov.jsonl"))
+        save(out, loso, done["loso"], markov)
+    save(out, loso, done["loso"], markov)
 
     lines = ["## Learned Φ: exact TV to μ* on held-out grammars", ""]
     lines.append(
         f"Command: `python benchmarks/learned_phi.py --labels {args.labels} --schemas "
         f"{args.schemas} --finite {args.finite} --epochs {args.epochs} --tol {args.tol:g}"
-        f"{' --weights ' + args.weights if args.weights else ''} --write`; labels from "
+        f"{' --weights ' + args.weights if args.weights else ''}"
+        f"{' --resume' if args.resume else ''} --write`; labels from "
         "`hf-fvo train-phi` (the command is in the weights' config.json). Machine: "
         f"{platform.machine()} CPU, Python {platform.python_version()}, torch "
         f"{torch.__version__}, transformers {transformers.__version__}; "
-        f"{time.strftime('%Y-%m-%d')}; {time.perf_counter() - t0:.0f} s."
+        f"{time.strftime('%Y-%m-%d')}; {time.perf_counter() - t0:.0f} s"
+        f"{' (this invocation; rows it kept were timed by earlier ones)' if args.resume else ''}."
     )
     lines += ["", "Leave one schema out (SmolLM2-135M-Instruct, compact JSON, token-level laws; "
               f"μ* explored to tol {args.tol:g}):", "",

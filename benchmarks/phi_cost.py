@@ -3,7 +3,8 @@
 Usage: python benchmarks/phi_cost.py [--repeats 200]
 One forward = one cached decoding step of SmolLM2-135M-Instruct (float32, one new token after
 a ~60-token context), timed in the same run. Estimator costs are ``log_phi`` at grammar states
-visited by greedy masked generation; ``exact`` is measured after its trie exploration is cached
+visited by greedy masked generation (``learned``: the shipped SmolLM2 weights, features
+included); ``exact`` is measured after its trie exploration is cached
 (the per-step table lookup), and its one-time exploration cost is reported separately.
 """
 
@@ -20,7 +21,7 @@ import transformers
 from hf_fvo import Grammar
 from hf_fvo.generation import GrammarLogitsProcessor
 from hf_fvo.models import load_default_model, load_default_tokenizer
-from hf_fvo.phi import ExactPhi, OneStepPhi, PhiContext, PrefixLM, UniformPhi
+from hf_fvo.phi import ExactPhi, LearnedPhi, OneStepPhi, PhiContext, PrefixLM, UniformPhi
 
 FREE = {  # a schema with a free-text string: states with ~48k admissible tokens
     "type": "object",
@@ -87,7 +88,7 @@ def main() -> None:
     for label, schema in (("free-text JSON", FREE), ("finite JSON (A)", FINITE)):
         g = Grammar.from_json_schema(schema, tok, whitespace="", vocab_size=vs)
         ctxs = _contexts(model, tok, g, prompt)
-        ests = [UniformPhi(g), OneStepPhi(g)]
+        ests = [UniformPhi(g), OneStepPhi(g), LearnedPhi(g)]
         if schema is FINITE:
             exact = ExactPhi(g, PrefixLM(model, batch_size=32), tol=1e-9)
             t0 = time.perf_counter()

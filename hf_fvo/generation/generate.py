@@ -16,7 +16,8 @@ import torch
 from transformers import GenerationMixin, LogitsProcessorList
 from transformers.generation.utils import GENERATION_MODES_MAPPING
 
-from hf_fvo.generation.processors import FVOLogitsProcessor
+from hf_fvo.generation.grammar_draft import GrammarCandidateGenerator
+from hf_fvo.generation.processors import FVOLogitsProcessor, left_padding
 from hf_fvo.generation.speculative import (
     GrammarAwareCandidateGenerator,
     SpeculationStats,
@@ -58,9 +59,10 @@ def generate(
     phi: str | PhiEstimator = "uniform",
     prompt_length: int | None = None,
     assistant_model: Any = None,
-    draft_phi: str | PhiEstimator | None = None,
+    draft_phi: str | PhiEstimator | None = "auto",
     blind_draft: bool = False,
     num_assistant_tokens: int | None = None,
+    grammar_draft: bool | None = None,
     **generate_kwargs: Any,
 ) -> Any:
     """Run ``model.generate`` so that it samples p_t·Φ̂_t on the grammar's admissible sets.
@@ -84,11 +86,18 @@ def generate(
             the partial output as ``input_ids`` and the prompt's width here: the grammar resumes
             from the partial output, and ``max_new_tokens`` counts the new tokens only.
         assistant_model: A draft model sharing the tokenizer: turns on FVO-Spec.
-        draft_phi: The draft's Φ̂: ``None`` (grammar mask only), ``"same"`` (the target's
+        draft_phi: The draft's Φ̂: ``"auto"`` (default: the target's estimator where it is
+            cheap at draft positions, i.e. runs no forwards of its own or is an exact table;
+            else the mask only), ``None`` (grammar mask only), ``"same"`` (the target's
             estimator), or an estimator name/instance evaluated on the draft's logits.
         blind_draft: Draft without the grammar (a baseline; the verifier stays constrained).
         num_assistant_tokens: Draft tokens per round (fixed); default: the draft's generation
             config (Transformers ignores this argument when passed to ``model.generate``).
+        grammar_draft: Propose the text the grammar spells out (keys, punctuation, the tail of
+            an enum value) as free drafts that cost no draft forward
+            (:mod:`hf_fvo.generation.grammar_draft`); the law sampled is unchanged. With
+            ``assistant_model`` it is on unless ``False``; without one, ``True`` runs assisted
+            decoding with the grammar as the only draft.
         **generate_kwargs: Passed to ``model.generate``; the budget Transformers uses
             (``max_new_tokens``, ``max_length``, ``generation_config``, or its default of 20
             new tokens) also bounds the completions Φ counts; ``logits_processor`` entries run
@@ -125,10 +134,20 @@ def generate(
     input_ids = _check_input_ids(input_ids)
     if not isinstance(grammar, Grammar):
         raise InvalidArgumentError(f"grammar must be an hf_fvo.Grammar, got {type(grammar)}")
-    if assistant_model is None and (draft_phi is not None or blind_draft or num_assistant_tokens):
+    drafting = draft_phi != "auto" or blind_draft or num_assistant_tokens
+    if assistant_model is None and drafting:
         raise InvalidArgumentError(
             "draft_phi, blind_draft and num_assistant_tokens need assistant_model"
         )
+    speculative = assistant_model is not None or bool(grammar_draft)
+    copies = generate_kwargs.get("num_return_sequences") or 1
+    if speculative and (input_ids.shape[0] > 1 or copies > 1):
+        return _row_by_row(
+            model, input_ids, grammar=grammar, phi=phi, prompt_length=prompt_length,
+            assistant_model=assistant_model, draft_phi=draft_phi, blind_draft=blind_draft,
+            num_assistant_tokens=num_assistant_tokens, grammar_draft=grammar_draft,
+            **generate_kwargs,
+        )  # fmt: skip
     width = input_ids.shape[1]
     start = width if prompt_length is None else check_int("prompt_length", prompt_length)
     if start > width:
@@ -145,7 +164,7 @@ def generate(
     extra = generate_kwargs.pop("logits_processor", None) or []
     processors = LogitsProcessorList([processor, *extra])
     streamer = generate_kwargs.get("streamer")
-    stats = SpeculationStats() if assistant_model is not None else None
+    stats = SpeculationStats() if speculative else None
     if assistant_model is not None:
         for key in ("tokenizer", "assistant_tokenizer"):
             if generate_kwargs.get(key) is not None:
@@ -153,7 +172,12 @@ def generate(
                     f"FVO-Spec needs a draft with the target's tokenizer; drop {key}="
                 )
 
-    def candidates(**kw: Any) -> GrammarAwareCandidateGenerator:
+    def candidates(**kw: Any) -> Any:
+        if assistant_model is None:
+            free = GrammarCandidateGenerator(processor, model_vocab_size(model) or
+                                             grammar.vocab_size, stats=stats)  # fmt: skip
+            free.max_length = kw["generation_config"].max_length
+            return free
         return GrammarAwareCandidateGenerator(
             kw["input_ids"],
             assistant_model,
@@ -165,6 +189,7 @@ def generate(
             blind=blind_draft,
             num_assistant_tokens=num_assistant_tokens,
             stats=stats,
+            grammar_runs=grammar_draft is not False,
         )
 
     def fvo_decoding(
@@ -182,7 +207,8 @@ def generate(
         upstream = _upstream_of(processor, logits_processor)
         _check_feasible(grammar, states, processor.max_new_tokens, generation_config, width)
         try:
-            if assistant_model is None:
+            beams = (generation_config.num_beams or 1) > 1
+            if not speculative or (assistant_model is None and beams):
                 return _decoding_method(generation_config)(
                     model, input_ids, logits_processor, stopping_criteria, generation_config,
                     **({"streamer": streamer} if streamer is not None else {}), **model_kwargs,
@@ -216,6 +242,56 @@ def generate(
     if stats is not None and not isinstance(out, torch.Tensor):
         out["speculation"] = stats
     return _with_certificates(out, processor, start, width - start)
+
+
+_PER_STEP_OUTPUTS = ("output_scores", "output_logits", "output_attentions",
+                     "output_hidden_states", "streamer")  # fmt: skip
+
+
+def _row_by_row(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:
+    """Speculative decoding of a batch (or of several samples per prompt): Transformers'
+    assisted decoding is batch-1, so each row (and each of its ``num_return_sequences``) runs
+    alone, from its own unpadded prompt, and samples its own law; the outputs are stacked with
+    the input's left padding and right-padded with ``pad_token_id``."""
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    per_step = [k for k in _PER_STEP_OUTPUTS if kwargs.get(k)]
+    if per_step:
+        raise InvalidArgumentError(
+            f"{', '.join(per_step)} with speculative decoding needs a batch of one prompt and "
+            "num_return_sequences=1 (batches run row by row, see hf_fvo.generate)"
+        )
+    mask = kwargs.pop("attention_mask", None)
+    pads = [0] * input_ids.shape[0] if mask is None else left_padding(mask)
+    copies = check_int("num_return_sequences", kwargs.pop("num_return_sequences", 1) or 1,
+                       minimum=1)  # fmt: skip
+    prompt_length = kwargs.pop("prompt_length", None)
+    as_dict = bool(kwargs.get("return_dict_in_generate"))
+    config = kwargs.get("generation_config") or model.generation_config
+    pad = kwargs.get("pad_token_id", config.pad_token_id)
+    if pad is None:
+        pad = kwargs["grammar"].eos_token_id
+    rows, certificates, stats = [], [], SpeculationStats()
+    for r, skip in enumerate(pads):
+        start = None if prompt_length is None else prompt_length - skip
+        for _ in range(copies):
+            out = generate(model, input_ids[r : r + 1, skip:], prompt_length=start, **kwargs)
+            seq = out.sequences if as_dict else out
+            rows.append(torch.cat([input_ids[r, :skip], seq[0].to(input_ids.device)]))
+            if as_dict:
+                certificates += out["certificates"]
+                for name in ("proposed", "drafted", "accepted", "emitted", "free"):
+                    getattr(stats, name).extend(getattr(out["speculation"], name))
+    width = max(len(row) for row in rows)
+    sequences = torch.full((len(rows), width), int(pad), dtype=input_ids.dtype)
+    for i, row in enumerate(rows):
+        sequences[i, : len(row)] = row
+    if not as_dict:
+        return sequences
+    out = GenerateDecoderOnlyOutput(sequences=sequences)
+    out["certificates"] = certificates
+    out["speculation"] = stats
+    return out
 
 
 def _check_input_ids(input_ids: Any) -> torch.Tensor:

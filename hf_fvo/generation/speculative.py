@@ -18,8 +18,19 @@ from typing import Any
 
 import torch
 from transformers import LogitsProcessorList
-from transformers.generation.candidate_generator import AssistedCandidateGenerator
+from transformers.generation.candidate_generator import (
+    AssistedCandidateGenerator,
+    _prepare_attention_mask,
+    _prepare_position_ids,
+    _prepare_token_type_ids,
+)
 
+from hf_fvo.generation.grammar_draft import (
+    common_prefix,
+    grammar_run,
+    learn_splits,
+    point_mass_logits,
+)
 from hf_fvo.generation.processors import FVOLogitsProcessor
 from hf_fvo.grammar import InvalidArgumentError, TokenizerError
 from hf_fvo.grammar.errors import check_int
@@ -46,16 +57,18 @@ _NEUTRAL_WARPERS = {
 class SpeculationStats:
     """Per-round draft and accept counts of one assisted ``generate`` call.
 
-    ``proposed`` counts the tokens the draft model sampled; ``drafted`` those sent to the target
-    (a blind draft is cut at its first token outside the grammar, which the target would reject
-    anyway); ``accepted`` the draft tokens the target kept; ``emitted`` the tokens the round
-    added to the output (the accepted ones plus the target's own, unless an accepted EOS or the
-    length limit ended generation).
+    ``proposed`` counts the tokens the draft model sampled; ``free`` the tokens the grammar
+    spelled out (proposed without a draft forward, see
+    :mod:`hf_fvo.generation.grammar_draft`); ``drafted`` those sent to the target (free ones
+    included; a blind draft is cut at its first token outside the grammar, which the target
+    would reject anyway); ``accepted`` the candidate tokens the target kept; ``emitted`` the
+    tokens the round added to the output (the accepted ones plus the target's own, unless an
+    accepted EOS or the length limit ended generation).
 
     Example:
         >>> from hf_fvo.generation import SpeculationStats
         >>> stats = SpeculationStats(proposed=[4, 4], drafted=[4, 2], accepted=[4, 1],
-        ...                          emitted=[5, 2])
+        ...                          emitted=[5, 2], free=[0, 0])
         >>> stats.acceptance_rate, stats.rounds, stats.tokens_per_round
         (0.625, 2, 3.5)
     """
@@ -64,6 +77,7 @@ class SpeculationStats:
     drafted: list[int] = field(default_factory=list)
     accepted: list[int] = field(default_factory=list)
     emitted: list[int] = field(default_factory=list)
+    free: list[int] = field(default_factory=list)
 
     @property
     def rounds(self) -> int:
@@ -71,8 +85,9 @@ class SpeculationStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """Accepted ÷ proposed draft tokens (nan before the first round)."""
-        total = sum(self.proposed)
+        """Accepted ÷ proposed candidate tokens, the draft model's and the grammar's (nan before
+        the first round)."""
+        total = sum(self.proposed) + sum(self.free)
         return sum(self.accepted) / total if total else float("nan")
 
     @property
@@ -92,11 +107,18 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
     Args:
         input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor,
             logits_processor: As for ``AssistedCandidateGenerator``.
-        draft_phi: The draft's Φ̂: ``None`` (grammar mask only), ``"same"`` (the target's
-            estimator object, e.g. shared exact tables), or an estimator name/instance run on the
-            draft's logits (``"onestep"``).
+        draft_phi: The draft's Φ̂: ``"auto"`` (the default: ``"same"`` where the target's
+            estimator is cheap at draft positions — it runs no forwards of its own, or it is an
+            exact table —, else ``None``), ``None`` (grammar mask only), ``"same"`` (the
+            target's estimator object, e.g. shared exact tables), or an estimator name/instance
+            run on the draft's logits (``"onestep"``).
         blind: Draft without the grammar (for comparison); drafts are cut at their first
             inadmissible token.
+        grammar_runs: Propose the text the grammar spells out (before and after the draft
+            model's tokens) as free point-mass drafts, see
+            :mod:`hf_fvo.generation.grammar_draft`; the draft model runs only from the first
+            branching point.
+        max_run: Most grammar-spelled tokens per run.
         num_assistant_tokens: Draft length per round (default: the draft's generation config).
         stats: Filled with per-round counts (a fresh :class:`SpeculationStats` by default).
 
@@ -126,10 +148,12 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
         inputs_tensor: torch.Tensor | None = None,
         logits_processor: LogitsProcessorList | None = None,
         *,
-        draft_phi: str | PhiEstimator | None = None,
+        draft_phi: str | PhiEstimator | None = "auto",
         blind: bool = False,
         num_assistant_tokens: int | None = None,
         stats: SpeculationStats | None = None,
+        grammar_runs: bool = True,
+        max_run: int = 16,
     ) -> None:
         super().__init__(
             input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor,
@@ -165,38 +189,71 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
             )
             self.assistant_generation_config.num_assistant_tokens_schedule = "constant"
         self.stats = stats if stats is not None else SpeculationStats()
+        self.grammar_runs = bool(grammar_runs)
+        self.max_run = check_int("max_run", max_run, minimum=1)
+        self.width = model_vocab_size(assistant_model) or target.grammar.vocab_size
+        self._round: tuple[int, list[int], int, int, list] = (0, [], 0, 0, [])
+
+    def _grammar_run(self, ids: list[int]) -> tuple[list[int], list]:
+        """The tokens the grammar spells out after ``ids`` and their chain keys (none if runs
+        are off)."""
+        target = self.target_processor
+        room = min(self.max_run, self.main_model_max_length - len(ids) - 1)
+        if not self.grammar_runs or room < 1:
+            return [], []
+        return grammar_run(target, tuple(ids[target.prompt_length :]), room)
 
     def get_candidates(
         self, input_ids: torch.LongTensor, **kwargs: Any
     ) -> tuple[torch.LongTensor, torch.Tensor | None]:
-        candidate_ids, candidate_logits = super().get_candidates(input_ids, **kwargs)
-        proposed = candidate_ids.shape[1] - input_ids.shape[1]
-        keep = self._admissible_run(candidate_ids[0].tolist(), input_ids.shape[1])
-        if keep < proposed:
-            candidate_ids = candidate_ids[:, : input_ids.shape[1] + keep]
-            # no draft left: the target samples its own token (candidate logits None)
-            candidate_logits = (
-                candidate_logits[:, :keep] if keep and candidate_logits is not None else None
-            )
+        start = input_ids.shape[1]
+        head, head_keys = self._grammar_run(input_ids[0].tolist())
+        base = _extended(input_ids, head)
+        if head and head[-1] in self.target_processor.grammar.eos_token_ids:
+            candidate_ids, candidate_logits = base, None  # the grammar ended it: no draft
+        else:
+            candidate_ids, candidate_logits = super().get_candidates(base, **kwargs)
+        proposed = candidate_ids.shape[1] - base.shape[1]
+        keep = self._admissible_run(candidate_ids[0].tolist(), base.shape[1])
+        draft = candidate_ids[0, base.shape[1] : base.shape[1] + keep].tolist()
+        tail, tail_keys = self._grammar_run(candidate_ids[0, : base.shape[1] + keep].tolist())
+        run = head + draft + tail
         self.stats.proposed.append(proposed)
-        self.stats.drafted.append(keep)
-        self._round = (input_ids.shape[1], candidate_ids[0, input_ids.shape[1] :].tolist())
-        return candidate_ids, candidate_logits
+        self.stats.free.append(len(head) + len(tail))
+        self.stats.drafted.append(len(run))
+        self._round = (start, run, len(head), keep, head_keys + [None] * keep + tail_keys)
+        if not run:  # no candidate: the target samples its own token
+            return input_ids, None
+        width = self.width if candidate_logits is None else candidate_logits.shape[-1]
+        parts = [point_mass_logits(head, width)] if head else []
+        if keep:
+            parts.append(candidate_logits[:, :keep].float())
+        if tail:
+            parts.append(point_mass_logits(tail, width).to(parts[0].device if parts else "cpu"))
+        return _extended(input_ids, run), torch.cat([x.to(parts[0].device) for x in parts], 1)
 
     def update_candidate_strategy(
         self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int
     ) -> None:
-        super().update_candidate_strategy(input_ids, scores, num_matches)
-        start, draft = self._round
+        start, run, head, drafted, keys = self._round
         new = input_ids[0, start:].tolist()
-        # the target's token at the first rejection never equals the rejected draft token
-        # (Leviathan resamples from max(0, p − q), which is 0 there), so the accepted drafts are
-        # the common prefix; Transformers' num_matches undercounts an accepted EOS
-        accepted = 0
-        while accepted < min(len(new), len(draft)) and new[accepted] == draft[accepted]:
-            accepted += 1
+        learn_splits(keys, new)
+        accepted = common_prefix(new, run)
+        # the draft-length schedule sees the draft model's own tokens only
+        own = max(0, min(accepted - head, drafted))
+        super().update_candidate_strategy(input_ids, scores[:, : drafted + 1], own)
         self.stats.accepted.append(accepted)
-        self.stats.emitted.append(len(new))
+        self.stats.emitted.append(input_ids.shape[1] - start)
+
+    def _update_past_and_masks(self, input_ids: torch.LongTensor, *args: Any, **kw: Any) -> bool:
+        # the draft's mask must cover grammar-spelled tokens, also before its first forward
+        # (Transformers extends it only once the draft has a cache)
+        decoder = self.assistant_model.config.is_encoder_decoder
+        width, kwargs = input_ids.shape[-1], self.assistant_kwargs
+        kwargs = _prepare_attention_mask(kwargs, width, decoder)
+        kwargs = _prepare_position_ids(kwargs, width, decoder)
+        self.assistant_kwargs = _prepare_token_type_ids(kwargs, width)
+        return super()._update_past_and_masks(input_ids, *args, **kw)
 
     def _admissible_run(self, ids: list[int], start: int) -> int:
         """How many draft tokens from ``start`` on stay admissible for the target."""
@@ -215,13 +272,24 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
         return len(ids) - start
 
 
+def _extended(input_ids: torch.LongTensor, tokens: list[int]) -> torch.LongTensor:
+    if not tokens:
+        return input_ids
+    extra = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
+    return torch.cat([input_ids, extra], dim=1)
+
+
 def _draft_processor(
     target: FVOLogitsProcessor, draft_phi: str | PhiEstimator | None, draft: Any
 ) -> FVOLogitsProcessor:
+    estimator = target.estimator
+    if isinstance(draft_phi, str) and draft_phi == "auto":
+        cheap = not estimator.needs_model or estimator.name in ("exact", "exact_markov")
+        draft_phi = "same" if cheap else None
     if draft_phi is None:
         phi: str | PhiEstimator = "uniform"
     elif isinstance(draft_phi, str) and draft_phi == "same":
-        phi = target.estimator
+        phi = estimator
     else:
         phi = draft_phi
     return target.for_model(phi, draft)

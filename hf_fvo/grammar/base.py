@@ -25,6 +25,7 @@ from hf_fvo.grammar.errors import GrammarError, InvalidArgumentError, check_int
 
 if TYPE_CHECKING:
     from hf_fvo.grammar.trie import TokenTrie
+    from hf_fvo.grammar.vocabulary import TokenVocabulary
 
 __all__ = ["Grammar", "GrammarMatcher", "State"]
 
@@ -402,6 +403,12 @@ class Grammar(ABC):
     @abstractmethod
     def tokenizer_fingerprint(self) -> str:
         """Digest of the token bytes this grammar was compiled for."""
+
+    @property
+    def vocabulary(self) -> TokenVocabulary | None:
+        """The token bytes this grammar was compiled for (``None`` for grammars given as token
+        tables, e.g. :meth:`from_transitions`)."""
+        return getattr(self, "_vocabulary", None)
 
     @abstractmethod
     def allowed(self, state: State) -> torch.Tensor:

@@ -128,11 +128,13 @@ def _compile(
         )
         description += f" max_length={max_length}"
     bound = f" within max_length={max_length}" if max_length is not None else ""
-    return assemble(
+    automaton = assemble(
         edges, init, accepting, vocab.eos_token_ids, vocab_size, description, sigma,
         empty_reason=f"no token sequence of this tokenizer spells a member{bound}",
         fingerprint=vocab.fingerprint,
     )  # fmt: skip
+    automaton._vocabulary = vocab  # the token bytes, for drafts that propose spelled-out text
+    return automaton
 
 
 def _check_repetition_size(source: GrammarSource, limit: int) -> None:

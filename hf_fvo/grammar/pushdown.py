@@ -113,7 +113,7 @@ class PushdownGrammar(Grammar):
     ) -> None:
         """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors."""
         self._definition = definition
-        self._vocab = vocab
+        self._vocab = self._vocabulary = vocab
         self._vocab_size = int(vocab_size)
         self._source = source
         self._notes = tuple(notes)
@@ -251,7 +251,7 @@ class PushdownGrammar(Grammar):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._definition = state["definition"]
-        self._vocab = state["vocab"]
+        self._vocab = self._vocabulary = state["vocab"]
         self._vocab_size = state["vocab_size"]
         self._source = state["source"]
         self._notes = state["notes"]

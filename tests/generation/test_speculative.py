@@ -37,7 +37,7 @@ def _spec(target, draft, grammar, phi, n=1, seed=0, **kwargs):
     samples, stats = [], []
     for _ in range(n):
         out = hf_fvo.generate(
-            target, ids, grammar=grammar, phi=phi, assistant_model=draft,
+            target, ids, grammar=grammar, phi=phi, assistant_model=draft,  # None: grammar only
             max_new_tokens=MAX_NEW, return_dict_in_generate=True, **kwargs,
         )  # fmt: skip
         row = out.sequences[0, len(PROMPT) :].tolist()
@@ -66,7 +66,8 @@ def test_assisted_sampling_draws_the_verifiers_law(setting, phi, draft_kwargs, l
     assert empirical_tv(samples, setting[law]) <= p95
     assert empirical_tv(samples, setting[other]) > p99_other  # the test has power
     accepted = sum(sum(s.accepted) for s in stats)
-    assert 0 < accepted < sum(sum(s.proposed) for s in stats)  # drafts are used, not all kept
+    offered = sum(sum(s.proposed) + sum(s.free) for s in stats)
+    assert 0 < accepted < offered  # drafts are used, not all kept
 
 
 @pytest.mark.parametrize("phi", ["uniform", "onestep", "exact"])
@@ -98,7 +99,8 @@ def test_identical_draft_is_always_accepted_under_temperature(setting):
         draft_phi="same", num_assistant_tokens=4,
     )  # fmt: skip
     assert sum(sum(s.proposed) for s in stats) > 40
-    assert all(s.accepted == s.drafted == s.proposed for s in stats)
+    for s in stats:  # every candidate, the draft model's and the grammar's, is kept
+        assert s.accepted == s.drafted == [p + f for p, f in zip(s.proposed, s.free, strict=True)]
 
 
 def test_round_counts_add_up_to_the_output(setting):
@@ -108,9 +110,10 @@ def test_round_counts_add_up_to_the_output(setting):
     )
     for seq, s in zip(samples, stats, strict=True):
         assert len(seq) == sum(s.emitted)
-        rounds = zip(s.accepted, s.emitted, s.drafted, s.proposed, strict=True)
-        # each round: the accepted drafts plus the target's token, unless an accepted EOS ended it
-        assert all(a <= e <= a + 1 and a <= d <= p <= 2 for a, e, d, p in rounds)
+        rounds = zip(s.accepted, s.emitted, s.drafted, s.proposed, s.free, strict=True)
+        # each round: the accepted drafts plus the target's token, unless an accepted EOS ended
+        # it; the draft model proposes at most 2, the grammar spells out the rest for free
+        assert all(a <= e <= a + 1 and a <= d <= p + f and p <= 2 for a, e, d, p, f in rounds)
         assert 0.0 <= s.acceptance_rate <= 1.0
 
 
@@ -127,7 +130,8 @@ def test_blind_drafts_are_cut_at_their_first_inadmissible_token(setting):
 def test_draft_samples_only_admissible_tokens(setting):
     target, draft, grammar = setting[:3]
     _, stats = _spec(target, draft, grammar, "uniform", n=30, do_sample=True)
-    assert all(s.drafted == s.proposed for s in stats)
+    for s in stats:
+        assert s.drafted == [p + f for p, f in zip(s.proposed, s.free, strict=True)]
 
 
 def test_custom_generate_recipe_matches_hf_fvo_generate(setting):
@@ -154,10 +158,72 @@ def test_bad_speculative_input_is_refused(setting):
             target, ids, grammar=grammar, assistant_model=draft, num_assistant_tokens=0,
             max_new_tokens=4,
         )  # fmt: skip
-    with pytest.raises(ValueError, match="batch_size = 1"):
+    with pytest.raises(InvalidArgumentError, match="output_scores with speculative decoding"):
         hf_fvo.generate(
-            target, ids.repeat(2, 1), grammar=grammar, assistant_model=draft, max_new_tokens=4
-        )
+            target, ids.repeat(2, 1), grammar=grammar, assistant_model=draft, max_new_tokens=4,
+            output_scores=True, return_dict_in_generate=True,
+        )  # fmt: skip
+
+
+def test_grammar_only_draft_draws_the_verifiers_law(setting):
+    """No draft model: the grammar's point-mass proposals (some of them rejected: after "a" the
+    grammar spells "b" or "bc", and "bc" is proposed) leave the verifier's law unchanged."""
+    target, _, grammar = setting[:3]
+    phi = ExactPhi(grammar, target, tol=0.0)
+    samples, stats = _spec(target, None, grammar, phi, n=N, do_sample=True, top_k=0,
+                           grammar_draft=True)  # fmt: skip
+    p95, _ = null_tv_percentiles(setting[3], N, seed=1)
+    _, p99_other = null_tv_percentiles(setting[4], N, seed=2)
+    assert empirical_tv(samples, setting[3]) <= p95
+    assert empirical_tv(samples, setting[4]) > p99_other
+    free = sum(sum(s.free) for s in stats)
+    assert sum(sum(s.proposed) for s in stats) == 0  # no draft model ran
+    assert 0 < sum(sum(s.accepted) for s in stats) < free  # proposals used, some rejected
+
+
+def test_grammar_runs_do_not_change_greedy_output(setting, sp_tokenizer):
+    grammar, eos = setting[2], sp_tokenizer.eos_token_id
+    target64 = tiny_llama(len(sp_tokenizer), eos, seed=1).double()
+    for prompt in (PROMPT, (1, 7), (1, 4, 4, 8)):
+        ids = torch.tensor([prompt])
+        plain = hf_fvo.generate(target64, ids, grammar=grammar, phi="onestep",
+                                max_new_tokens=MAX_NEW, do_sample=False)  # fmt: skip
+        free = hf_fvo.generate(target64, ids, grammar=grammar, phi="onestep", grammar_draft=True,
+                               max_new_tokens=MAX_NEW, do_sample=False)  # fmt: skip
+        assert torch.equal(plain, free)
+
+
+BATCH_PROMPTS = [(1, 5, 9), (1, 7), (1, 4, 4, 8), (1, 6, 3)]
+N_BATCH = 1000  # batches per law test (each row gets that many draws; TV(μ*, μ_proj) ≥ 0.69 here)
+
+
+def test_batch_of_prompts_samples_each_rows_own_law(setting, sp_tokenizer):
+    """Four prompts of different lengths, left-padded into one batch through FVO-Spec: each row
+    is a draw of μ* for its own prompt (and not of its μ_proj). Four rows are four tests: each
+    uses the 1 − 0.05/4 quantile of its null TV (Bonferroni), so the family fails a correct
+    sampler with probability ≤ 5 %."""
+    from hf_fvo.eval import grammar_conditional_law, sampling_law
+
+    target, draft, grammar = setting[:3]
+    width = max(map(len, BATCH_PROMPTS))
+    ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in BATCH_PROMPTS])
+    mask = torch.arange(width) >= torch.tensor([width - len(p) for p in BATCH_PROMPTS])[:, None]
+    phi = ExactPhi(grammar, target, tol=0.0)
+    torch.manual_seed(0)
+    rows: list[list[tuple[int, ...]]] = [[] for _ in BATCH_PROMPTS]
+    for _ in range(N_BATCH):
+        out = hf_fvo.generate(target, ids, attention_mask=mask.long(), grammar=grammar, phi=phi,
+                              assistant_model=draft, max_new_tokens=MAX_NEW, do_sample=True,
+                              top_k=0, num_assistant_tokens=2)  # fmt: skip
+        for r, row in enumerate(out[:, width:].tolist()):
+            rows[r].append(tuple(row[: row.index(grammar.eos_token_id) + 1]))
+    for r, prompt in enumerate(BATCH_PROMPTS):
+        star = grammar_conditional_law(grammar, target, prompt, max_new_tokens=MAX_NEW)
+        proj = sampling_law(grammar, target, prompt, "uniform", max_new_tokens=MAX_NEW)
+        (bound,) = null_tv_percentiles(star, N_BATCH, q=(1 - 0.05 / 4,), reps=2000, seed=1 + r)
+        _, p99_other = null_tv_percentiles(proj, N_BATCH, seed=11 + r)
+        assert empirical_tv(rows[r], star) <= bound, prompt
+        assert empirical_tv(rows[r], proj) > p99_other, prompt
     with pytest.raises(ValueError, match="needs grammar="):
         target.generate(ids, custom_generate=CUSTOM_GENERATE, trust_remote_code=True)
     processors = LogitsProcessorList([])
@@ -170,3 +236,19 @@ def test_bad_speculative_input_is_refused(setting):
         GrammarAwareCandidateGenerator(
             ids, draft, target.generation_config, {}, logits_processor=both
         )
+
+
+def test_draft_reweights_with_the_verifiers_estimator_by_default(setting):
+    """draft_phi="auto": the verifier's own Φ̂ object where it is cheap at draft positions (no
+    forwards of its own, or an exact table), the mask alone where it runs the model."""
+    from hf_fvo.generation.speculative import _draft_processor
+
+    target, draft, grammar = setting[:3]
+    for phi in ("onestep", ExactPhi(grammar, target, tol=0.0)):
+        proc = FVOLogitsProcessor(grammar, phi=phi, model=target, prompt_length=len(PROMPT))
+        assert _draft_processor(proc, "auto", draft).estimator is proc.estimator
+    costly = FVOLogitsProcessor(grammar, phi="onestep_true", model=target,
+                                prompt_length=len(PROMPT))  # fmt: skip
+    assert costly.estimator.needs_model
+    assert _draft_processor(costly, "auto", draft).estimator.name == "uniform"
+    assert _draft_processor(costly, None, draft).estimator.name == "uniform"

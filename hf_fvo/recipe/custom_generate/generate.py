@@ -4,7 +4,8 @@
                    grammar=g, phi="exact", assistant_model=draft, do_sample=True, max_new_tokens=32)
 
 Keywords added to ``generate``: ``grammar`` (an ``hf_fvo.Grammar``, required), ``phi``
-(``"uniform"``, ``"onestep"``, ``"onestep_true"``, ``"exact"`` or an estimator), and with
+(``"uniform"``, ``"onestep"``, ``"onestep_true"``, ``"exact"`` or an estimator),
+``grammar_draft`` (the grammar's spelled-out text as free drafts), and with
 ``assistant_model=``: ``draft_phi``, ``blind_draft``, ``num_assistant_tokens``. Everything else is
 ``model.generate``'s own; see ``hf_fvo.generate``.
 """

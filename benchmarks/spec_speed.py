@@ -1,0 +1,132 @@
+"""Tokens/s of FVO-Spec's drafts against plain masked sampling, interleaved in one run.
+
+On the JSON benchmark schemas (benchmarks/schemas.py) with the embedded SmolLM2-135M-Instruct,
+``do_sample=True, top_k=0``, each configuration samples once per schema per repetition, in a
+round-robin (so drift on a shared machine hits every configuration alike):
+
+- ``masked``: plain masked sampling, no draft (the baseline; ratios are to it);
+- ``grammar``: no draft model, the grammar's spelled-out text as free point-mass drafts
+  (``grammar_draft=True``);
+- ``bf16``: a bfloat16 copy as draft, with the grammar's free runs (FVO-Spec's default flags);
+- ``bf16, no runs``: the same draft without them (``grammar_draft=False``: FVO-Spec before).
+
+With ``--exact``, also exact Φ against mask-only speculation with the same draft and flags
+(grammar-only drafting), on the finite schemas.
+
+Usage: python benchmarks/spec_speed.py [--schemas A B C D E] [--reps 5] [--exact] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SECTION = "## FVO-Spec speed: free grammar drafts against plain masked sampling"
+
+
+def main() -> None:
+    from docs_section import write_section
+    from schemas import SCHEMAS, compiled
+
+    import hf_fvo
+    from hf_fvo.models import load_default_model, load_default_tokenizer
+    from hf_fvo.phi import ExactPhi, PrefixLM
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--schemas", nargs="*", default=[k.split()[0] for k in SCHEMAS])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--gamma", type=int, default=4, help="draft-model tokens per round")
+    ap.add_argument("--exact", action="store_true", help="add exact Φ vs mask-only rows")
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    torch.set_grad_enabled(False)
+    transformers.logging.set_verbosity_error()
+    tok, model = load_default_tokenizer(), load_default_model()
+    draft = copy.deepcopy(model).to(torch.bfloat16)
+    keys = [k for k in SCHEMAS if any(k.startswith(s) for s in args.schemas)]
+    grammars = {k: compiled(k, tok, model.config.vocab_size) for k in keys}
+    configs: dict[str, dict] = {
+        "masked": {},
+        "grammar": {"grammar_draft": True},
+        "bf16": {"assistant_model": draft, "num_assistant_tokens": args.gamma},
+        "bf16, no runs": {
+            "assistant_model": draft,
+            "num_assistant_tokens": args.gamma,
+            "grammar_draft": False,
+        },
+    }
+    exact = {}
+    if args.exact:
+        for k, (_, g) in grammars.items():
+            exact[k] = ExactPhi(g, PrefixLM(model, batch_size=64), tol=1e-6, max_nodes=200_000)
+        configs["grammar, exact Φ"] = {"grammar_draft": True, "phi": "exact"}
+    seconds = {c: 0.0 for c in configs}
+    tokens = {c: 0 for c in configs}
+    counts = {c: [0, 0, 0] for c in configs}  # accepted, offered, rounds
+    torch.manual_seed(0)
+    t_all = time.perf_counter()
+    for _ in range(args.reps):
+        for k, (prompt, g) in grammars.items():
+            ids = torch.tensor([prompt])
+            for name, kw in configs.items():
+                kw = dict(kw)
+                phi = kw.pop("phi", "uniform")
+                if phi == "exact":
+                    phi = exact[k]
+                t0 = time.perf_counter()
+                out = hf_fvo.generate(model, ids, grammar=g, phi=phi, do_sample=True, top_k=0,
+                                      max_new_tokens=args.max_new_tokens,
+                                      return_dict_in_generate=True, **kw)  # fmt: skip
+                seconds[name] += time.perf_counter() - t0
+                tokens[name] += out.sequences.shape[1] - ids.shape[1]
+                stats = out.get("speculation")
+                if stats is not None:
+                    counts[name][0] += sum(stats.accepted)
+                    counts[name][1] += sum(stats.proposed) + sum(stats.free)
+                    counts[name][2] += stats.rounds
+    rate = {c: tokens[c] / seconds[c] for c in configs}
+    lines = [
+        SECTION,
+        "",
+        f"Command: `python benchmarks/spec_speed.py --schemas {' '.join(args.schemas)} --reps "
+        f"{args.reps} --max-new-tokens {args.max_new_tokens} --gamma {args.gamma}"
+        f"{' --exact' if args.exact else ''} --write`. Machine: {platform.machine()} CPU "
+        f"({torch.get_num_threads()} threads), Python {platform.python_version()}, torch "
+        f"{torch.__version__}, transformers {transformers.__version__}; "
+        f"{time.strftime('%Y-%m-%d')}; {time.perf_counter() - t_all:.0f} s. Target "
+        "SmolLM2-135M-Instruct float32, `do_sample=True, top_k=0`, `phi='uniform'` unless "
+        f"named; schemas {', '.join(k.split()[0] for k in keys)}; each configuration "
+        f"{args.reps} samples per schema, interleaved.",
+        "",
+        "| configuration | tokens | tokens/s | ratio to masked | tokens per target forward | "
+        "acceptance |",
+        "|---|---|---|---|---|---|",
+    ]
+    for c in configs:
+        acc, offered, rounds = counts[c]
+        per = f"{tokens[c] / rounds:.2f}" if rounds else "1"
+        accept = f"{acc / offered:.3f}" if offered else "—"
+        lines.append(f"| {c} | {tokens[c]} | {rate[c]:.1f} | {rate[c] / rate['masked']:.2f} | "
+                     f"{per} | {accept} |")  # fmt: skip
+    if args.exact:
+        lines += ["", f"Exact Φ ÷ mask-only speculation (both grammar-only drafts): "
+                  f"{rate['grammar, exact Φ'] / rate['grammar']:.2f}."]  # fmt: skip
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.write:
+        write_section(SECTION, table)
+
+
+if __name__ == "__main__":
+    main()
