@@ -62,7 +62,11 @@ class FVOLogitsProcessor(LogitsProcessor):
         attention_mask (`torch.Tensor`, *optional*): The input's attention mask (left padding):
             estimators that run the model condition on each row's prompt without its padding.
         tokenizer (*optional*): Checked against the tokenizer the grammar was compiled for.
-        cache_size (`int`): Prefixes remembered (LRU).
+        cache_size (`int`): Prefixes remembered (LRU). A pushdown grammar's state holds a parser
+            snapshot (megabytes with llguidance), so for those at most
+            ``max(256, 4 × rows)`` states are kept (an evicted one is rebuilt from its longest
+            remembered prefix); the per-step diagnostics behind certificates keep
+            ``cache_size``.
 
     Raises:
         OutOfGrammarError: a row's tokens after ``prompt_length`` leave the grammar.
@@ -114,6 +118,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         self.beam_search = False
         self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._steps: OrderedDict[tuple[int, ...], PhiDiagnostics] = OrderedDict()
+        self._rows = 1  # the widest batch seen (bounds the pushdown state cache from below)
         self._warned_budget = False
 
     def for_model(self, phi: str | PhiEstimator, model: Any) -> FVOLogitsProcessor:
@@ -186,7 +191,10 @@ class FVOLogitsProcessor(LogitsProcessor):
 
     def _remember(self, cache: OrderedDict, key, value) -> None:
         cache[key] = value
-        if len(cache) > self._cache_size:
+        limit = self._cache_size
+        if cache is self._states and self.grammar.backend == "pushdown":
+            limit = min(limit, max(_PUSHDOWN_STATES, 4 * self._rows))
+        while len(cache) > limit:
             cache.popitem(last=False)
 
     def step_at(self, generated: tuple[int, ...]) -> PhiDiagnostics | None:
@@ -227,6 +235,7 @@ class FVOLogitsProcessor(LogitsProcessor):
             )
         if self.prompt_length is None:
             self.prompt_length = input_ids.shape[1]
+        self._rows = max(self._rows, input_ids.shape[0])
         if self.input_length is None:
             self.input_length = input_ids.shape[1]
         width = scores.shape[-1]
@@ -334,6 +343,9 @@ class FVOLogitsProcessor(LogitsProcessor):
         log_phi = torch.full((self.grammar.vocab_size,), -torch.inf, dtype=torch.float64)
         log_phi[mask] = 0.0
         return log_phi
+
+
+_PUSHDOWN_STATES = 256  # pushdown parser snapshots kept per processor (each ~MBs)
 
 
 def left_padding(attention_mask: Any) -> list[int]:

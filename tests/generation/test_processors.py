@@ -162,3 +162,25 @@ def test_default_estimator_is_masking_the_one_never_worse_than_masking(smol_toke
     g = Grammar.from_choices(["yes", "no"], smol_tokenizer)
     assert FVOLogitsProcessor(g, prompt_length=1).estimator.name == "uniform"
     assert inspect.signature(hf_fvo.generate).parameters["phi"].default == "uniform"
+
+
+def test_pushdown_processor_keeps_a_bounded_number_of_parser_snapshots(smol_tokenizer):
+    """A pushdown state holds an llguidance parser snapshot (megabytes): a long output must not
+    keep one per prefix (16 rows × 256 tokens kept 10 GB), and an evicted prefix is rebuilt
+    with the same admissible set."""
+    from hf_fvo.generation.processors import _PUSHDOWN_STATES
+
+    g = Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}}, smol_tokenizer,
+                                 whitespace="")  # fmt: skip
+    ids = smol_tokenizer.encode("[" + ",".join(["7"] * 200))
+    proc = GrammarLogitsProcessor(g, prompt_length=0)
+    first = {}
+    for end in range(1, len(ids) + 1):
+        out = proc(torch.tensor([ids[:end]]), torch.zeros(1, g.vocab_size))
+        if end <= 3:
+            first[end] = torch.isfinite(out)
+    assert len(ids) > _PUSHDOWN_STATES and len(proc._states) <= _PUSHDOWN_STATES
+    for end, mask in first.items():  # long evicted: rebuilt from the root
+        assert torch.equal(
+            torch.isfinite(proc(torch.tensor([ids[:end]]), torch.zeros(1, g.vocab_size))), mask
+        )

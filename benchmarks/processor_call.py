@@ -1,0 +1,119 @@
+"""One logits-processor call, hf_fvo beside the Outlines processors of outlines-core, XGrammar and
+llguidance, interleaved in one run.
+
+Each processor is called along the same valid path through a JSON schema (hf_fvo's greedy masked
+output with SmolLM2), one call per position, batch 1, on the model's real logits at that position
+(float32, 49,152 ids), exactly as ``generate`` calls it. The Outlines processors are stateful and
+advance on the last token of each call, so every pass starts from a fresh processor; passes
+alternate between the processors so that drift on the machine hits all alike. Reported: the median
+and 90th percentile of the per-call time over all positions and passes, and the ratio of each
+median to the fastest peer's.
+
+Usage: python benchmarks/processor_call.py [--passes 30] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SECTION = "## One logits-processor call: hf_fvo beside outlines-core, XGrammar, llguidance"
+SCHEMAS = {
+    "finite (A)": {
+        "type": "object",
+        "properties": {"status": {"enum": ["ok", "error", "pending"]}},
+        "required": ["status"],
+    },
+    "free text": {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    },
+}
+PEERS = ("outlines_core", "xgrammar", "llguidance")
+
+
+def main() -> None:
+    import outlines
+    from docs_section import write_section
+    from outlines.backends import get_json_schema_logits_processor
+
+    import hf_fvo
+    from hf_fvo.generation import FVOLogitsProcessor
+    from hf_fvo.models import load_default_model, load_default_tokenizer
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--passes", type=int, default=30)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    torch.set_grad_enabled(False)
+    transformers.logging.set_verbosity_error()
+    tok, model = load_default_tokenizer(), load_default_model()
+    wrapped = outlines.from_transformers(model, tok)
+    messages = [{"role": "user", "content": "Reply with a JSON object."}]
+    prompt = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                     return_dict=True)["input_ids"]  # fmt: skip
+    lines = [
+        SECTION,
+        "",
+        f"Command: `python benchmarks/processor_call.py --passes {args.passes} --write`. Machine: "
+        f"{platform.machine()} CPU ({torch.get_num_threads()} threads), Python "
+        f"{platform.python_version()}, torch {torch.__version__}, transformers "
+        f"{transformers.__version__}, outlines {outlines.__version__ if hasattr(outlines, '__version__') else '1.x'}; "
+        f"{time.strftime('%Y-%m-%d')}. SmolLM2-135M-Instruct's vocabulary and logits, compact "
+        "JSON, batch 1.",
+        "",
+        "| schema | processor | calls | median | p90 | median ÷ fastest peer |",
+        "|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for label, schema in SCHEMAS.items():
+        g = hf_fvo.Grammar.from_json_schema(schema, tok, whitespace="",
+                                            vocab_size=model.config.vocab_size)  # fmt: skip
+        out = hf_fvo.generate(model, prompt, grammar=g, max_new_tokens=32, do_sample=False,
+                              output_logits=True, return_dict_in_generate=True)  # fmt: skip
+        path = out.sequences[0, prompt.shape[1] :]
+        logits = [x[0] for x in out.logits]
+        width = prompt.shape[1]
+
+        def fresh(name: str):
+            if name.startswith("hf_fvo"):
+                phi = "onestep" if name.endswith("onestep") else "uniform"
+                return FVOLogitsProcessor(g, phi=phi, model=model, prompt_length=width)
+            return get_json_schema_logits_processor(name, wrapped, json.dumps(schema))
+
+        names = ("hf_fvo mask", "hf_fvo mask + onestep", *PEERS)
+        times: dict[str, list[float]] = {n: [] for n in names}
+        for _ in range(args.passes):
+            for name in names:
+                proc = fresh(name)
+                for i, row in enumerate(logits):
+                    ids = torch.cat([prompt[0], path[:i]])[None]
+                    scores = row[None].clone()
+                    t0 = time.perf_counter()
+                    proc(ids, scores)
+                    times[name].append(time.perf_counter() - t0)
+        fastest = min(statistics.median(times[p]) for p in PEERS)
+        for name in names:
+            med = statistics.median(times[name])
+            p90 = sorted(times[name])[int(0.9 * (len(times[name]) - 1))]
+            lines.append(f"| {label} | {name} | {len(times[name])} | {med * 1e6:.0f} µs | "
+                         f"{p90 * 1e6:.0f} µs | {med / fastest:.2f} |")  # fmt: skip
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if args.write:
+        write_section(SECTION, table)
+
+
+if __name__ == "__main__":
+    main()
