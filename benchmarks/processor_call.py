@@ -20,6 +20,7 @@ import platform
 import statistics
 import sys
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import torch
@@ -70,7 +71,9 @@ def main() -> None:
         f"Command: `python benchmarks/processor_call.py --passes {args.passes} --write`. Machine: "
         f"{platform.machine()} CPU ({torch.get_num_threads()} threads), Python "
         f"{platform.python_version()}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, outlines {outlines.__version__ if hasattr(outlines, '__version__') else '1.x'}; "
+        f"{transformers.__version__}, outlines {version('outlines')}, outlines-core "
+        f"{version('outlines-core')}, xgrammar {version('xgrammar')}, llguidance "
+        f"{version('llguidance')}; "
         f"{time.strftime('%Y-%m-%d')}. SmolLM2-135M-Instruct's vocabulary and logits, compact "
         "JSON, batch 1.",
         "",
@@ -86,7 +89,7 @@ def main() -> None:
         logits = [x[0] for x in out.logits]
         width = prompt.shape[1]
 
-        def fresh(name: str):
+        def fresh(name: str, g=g, width=width, schema=schema):
             if name.startswith("hf_fvo"):
                 phi = "onestep" if name.endswith("onestep") else "uniform"
                 return FVOLogitsProcessor(g, phi=phi, model=model, prompt_length=width)
