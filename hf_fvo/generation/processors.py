@@ -25,13 +25,23 @@ from hf_fvo.grammar import (
     TokenizerError,
 )
 from hf_fvo.grammar.errors import check_int
-from hf_fvo.phi import Certificate, PhiContext, PhiDiagnostics, PhiEstimator, make_estimator
+from hf_fvo.phi import (
+    Certificate,
+    PhiContext,
+    PhiDiagnostics,
+    PhiEstimator,
+    UniformPhi,
+    make_estimator,
+)
 
 __all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor", "left_padding"]
 
 
 class FVOLogitsProcessor(LogitsProcessor):
     r"""Reweights the admissible tokens by future validity: scores become log p_t(y) + log Φ̂_t(y).
+
+    (With masking, ``phi="uniform"``, the incoming scores are kept on A_t instead: the same law,
+    since softmax ignores the per-row constant log Σ exp, and one pass over the row.)
 
     Sampling from the result draws μ̂_t(y) ∝ p_t(y)·Φ̂_t(y) on A_t, which is the grammar-conditional
     law μ* when Φ̂ is exact and the masked law μ_proj when Φ̂ ≡ 1 (``phi="uniform"``). Tokens outside
@@ -119,6 +129,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._steps: OrderedDict[tuple[int, ...], PhiDiagnostics] = OrderedDict()
         self._rows = 1  # the widest batch seen (bounds the pushdown state cache from below)
+        self._masking = type(self.estimator) is UniformPhi
         self._warned_budget = False
 
     def for_model(self, phi: str | PhiEstimator, model: Any) -> FVOLogitsProcessor:
@@ -246,8 +257,7 @@ class FVOLogitsProcessor(LogitsProcessor):
                 f"{vocab}: it belongs to another tokenizer (compile it with this model's "
                 "tokenizer and vocab_size=model.config.vocab_size)"
             )
-        peak = scores.max()
-        sane = bool(torch.isfinite(peak) or peak == -torch.inf)  # one pass: NaN/+inf propagate
+        sane: bool | None = None  # no NaN/+inf in the scores (checked when first needed)
         out = torch.full_like(scores, -torch.inf)
         dead: Exception | None = None
         for r, row in enumerate(input_ids.tolist()):
@@ -267,6 +277,12 @@ class FVOLogitsProcessor(LogitsProcessor):
                 out[r, list(self.grammar.eos_token_ids)] = 0.0
                 continue
             remaining = self.remaining(len(generated))
+            if self._masking and self._mask_row(out, scores, r, state, remaining):
+                self._remember(self._steps, generated, _MASKING_STEP)
+                continue
+            if sane is None:
+                peak = scores.max()  # one pass: NaN/+inf propagate
+                sane = bool(torch.isfinite(peak) or peak == -torch.inf)
             logits = scores[r] if sane else self._finite_scores(scores[r], state, remaining)
             ctx = PhiContext(state, generated, logits, remaining, prompt)
             step = self.estimator.step(ctx)
@@ -284,6 +300,22 @@ class FVOLogitsProcessor(LogitsProcessor):
         if dead is not None and not bool(torch.isfinite(out).any()):
             raise dead
         return out
+
+    def _mask_row(
+        self, out: torch.Tensor, scores: torch.Tensor, r: int, state: Any, remaining: int | None
+    ) -> bool:
+        """Masking's fast path: the incoming scores on A_t, −inf elsewhere (the same law as
+        log p_t + 0 on A_t: softmax ignores the per-row constant). False when an admissible
+        score is NaN or +inf, or none is finite: the general path then masks bad scores off
+        A_t, applies the budget fallback or raises."""
+        vocab = self.grammar.vocab_size
+        mask = self.grammar.admissible(state, remaining).to(scores.device)
+        kept = out[r, :vocab]  # all −inf so far
+        torch.where(mask, scores[r, :vocab], kept, out=kept)
+        if bool(torch.isfinite(kept.max())):  # NaN and +inf propagate through max
+            return True
+        kept.fill_(-torch.inf)  # nothing finite: the general path decides
+        return False
 
     def _given(self, width: int) -> int:
         """Grammar tokens that were part of the input (a continuation), not generated."""
@@ -346,6 +378,8 @@ class FVOLogitsProcessor(LogitsProcessor):
 
 
 _PUSHDOWN_STATES = 256  # pushdown parser snapshots kept per processor (each ~MBs)
+# masking's per-step diagnostics, as UniformPhi.step computes them: Φ̄ = 1, no spread, no bound
+_MASKING_STEP = PhiDiagnostics(1.0, 0.0, None, None, 0.0)
 
 
 def left_padding(attention_mask: Any) -> list[int]:

@@ -71,13 +71,14 @@ class PushdownState:
     different states.
     """
 
-    __slots__ = ("_accepting", "_bits", "_matcher", "_owner", "_utf8")
+    __slots__ = ("_accepting", "_bits", "_mask", "_matcher", "_owner", "_utf8")
 
     def __init__(self, owner: PushdownGrammar, matcher: Any, utf8: int) -> None:
         self._owner = owner
         self._matcher = matcher  # never consumed after construction
         self._utf8 = utf8
-        self._bits: np.ndarray | None = None  # packed admissible set, computed on first use
+        self._bits: np.ndarray | None = None  # admissible set (0/1 bytes), computed on first use
+        self._mask: torch.Tensor | None = None  # the same, unpacked (non-EOS ids < n)
         self._accepting: bool | None = None
 
     def __repr__(self) -> str:
@@ -183,8 +184,8 @@ class PushdownGrammar(Grammar):
         self._check_state(state)
         mask = torch.zeros(self._vocab_size, dtype=torch.bool)
         if state is not self._terminal:
-            bits = np.unpackbits(self._bits(state), count=self._n, bitorder="little")
-            mask[: self._n] = torch.from_numpy(bits.astype(bool))
+            self._bits(state)
+            mask[: self._n] = state._mask
         if self.is_accepting(state):
             mask[list(self._eos)] = True
         return mask
@@ -196,8 +197,7 @@ class PushdownGrammar(Grammar):
             return self._terminal if self.is_accepting(state) else None
         if state is self._terminal or not 0 <= token < self._n:
             return None
-        bits = self._bits(state)
-        if not (bits[token >> 3] >> (token & 7)) & 1:
+        if not self._bits(state)[token]:
             return None
         matcher = state._matcher.deep_copy()
         if not matcher.consume_token(token):
@@ -226,14 +226,16 @@ class PushdownGrammar(Grammar):
     # -- internals ------------------------------------------------------------------------------
 
     def _bits(self, state: PushdownState) -> np.ndarray:
-        """The packed (little-endian) admissible non-EOS tokens at ``state``."""
+        """The admissible non-EOS tokens at ``state``, one 0/1 byte per id < n (the bool
+        tensor ``state._mask`` shares its memory)."""
         if state._bits is None:
             words = np.zeros((self._n + 31) // 32, dtype=np.uint32)
             state._matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
             bits = np.unpackbits(words.view(np.uint8), count=self._n, bitorder="little")
             bits &= self._ok[state._utf8]
             bits[list(self._eos)] = 0
-            state._bits = np.packbits(bits, bitorder="little")
+            state._bits = bits
+            state._mask = torch.from_numpy(bits.view(np.bool_))
         return state._bits
 
     def _check_state(self, state: Any) -> None:
