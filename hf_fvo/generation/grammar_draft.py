@@ -102,7 +102,8 @@ def grammar_run(
             break
         run.append(token)
         keys.append(key)
-        state = g.next_state(state, token)
+        # through the processor's prefix cache: the verifier meets these states next
+        state = processor.state_of(generated + tuple(run))
     return run, keys
 
 
