@@ -75,7 +75,8 @@ def generate(
     Args:
         model: A Transformers causal LM.
         input_ids: The prompt, a 2-D ``torch.LongTensor`` (batch × length, left-padded with an
-            ``attention_mask`` for batches; batch 1 when drafting).
+            ``attention_mask`` for batches; with a draft, rows run one at a time and are
+            stacked again, each sampling its own law).
         grammar: The compiled grammar (built with ``vocab_size=model.config.vocab_size``).
         phi: ``"uniform"`` (μ_proj, the default: the one estimator never worse than masking;
             ``"onestep"`` drove most outputs on open real schemas to the token cap, see
