@@ -86,7 +86,9 @@ def main() -> None:
     print("|---|---|---|---|---|")
     vs = model.config.vocab_size
     for label, schema in (("free-text JSON", FREE), ("finite JSON (A)", FINITE)):
-        g = Grammar.from_json_schema(schema, tok, whitespace="", vocab_size=vs)
+        # the finite schema as a token automaton: exact Φ explores its trie without a budget
+        backend = "automaton" if schema is FINITE else "pushdown"
+        g = Grammar.from_json_schema(schema, tok, whitespace="", vocab_size=vs, backend=backend)
         ctxs = _contexts(model, tok, g, prompt)
         ests = [UniformPhi(g), OneStepPhi(g), LearnedPhi(g)]
         if schema is FINITE:
