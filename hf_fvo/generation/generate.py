@@ -140,6 +140,10 @@ def generate(
         raise InvalidArgumentError(
             "draft_phi, blind_draft and num_assistant_tokens need assistant_model"
         )
+    if grammar_draft is not None and not isinstance(grammar_draft, bool):
+        raise InvalidArgumentError(
+            f"grammar_draft must be True, False or None, got {grammar_draft!r}"
+        )
     speculative = assistant_model is not None or bool(grammar_draft)
     copies = generate_kwargs.get("num_return_sequences") or 1
     if speculative and (input_ids.shape[0] > 1 or copies > 1):

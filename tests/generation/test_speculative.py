@@ -158,6 +158,8 @@ def test_bad_speculative_input_is_refused(setting):
             target, ids, grammar=grammar, assistant_model=draft, num_assistant_tokens=0,
             max_new_tokens=4,
         )  # fmt: skip
+    with pytest.raises(InvalidArgumentError, match="grammar_draft must be True, False or None"):
+        hf_fvo.generate(target, ids, grammar=grammar, grammar_draft="yes", max_new_tokens=4)
     with pytest.raises(InvalidArgumentError, match="output_scores with speculative decoding"):
         hf_fvo.generate(
             target, ids.repeat(2, 1), grammar=grammar, assistant_model=draft, max_new_tokens=4,
