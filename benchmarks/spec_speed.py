@@ -4,23 +4,30 @@ On the JSON benchmark schemas (benchmarks/schemas.py) with the embedded SmolLM2-
 ``do_sample=True, top_k=0``, each configuration samples once per schema per repetition, in a
 round-robin (so drift on a shared machine hits every configuration alike):
 
-- ``masked``: plain masked sampling, no draft (the baseline; ratios are to it);
-- ``grammar``: no draft model, the grammar's spelled-out text as free point-mass drafts
-  (``grammar_draft=True``);
+- ``masked``: plain masked sampling, no draft (``grammar_draft=False``; the baseline, ratios are
+  to it);
+- ``default``: ``hf_fvo.generate`` with no flags: no draft model, the grammar's spelled-out text
+  as free point-mass drafts (what ``grammar_draft=None`` does for one sequence);
 - ``bf16``: a bfloat16 copy as draft, with the grammar's free runs (FVO-Spec's default flags);
 - ``bf16, no runs``: the same draft without them (``grammar_draft=False``: FVO-Spec before).
 
 With ``--exact``, also exact Φ against mask-only speculation with the same draft and flags
-(grammar-only drafting), on the finite schemas; exact Φ explores each prompt's token trie once,
-before the timed runs (as a cached table would be).
+(grammar-only drafts, and the bf16 draft with runs), on the finite schemas; exact Φ explores each
+prompt's token trie once, before the timed runs (as a cached table would be).
 
-Usage: python benchmarks/spec_speed.py [--schemas A B C D E] [--reps 5] [--exact] [--write]
+With ``--open N``, the schemas are instead the first N development-set schemas that compile
+(benchmarks/realworld_generation.py's choice and prompt; default pushdown backend), where strings
+and numbers are open: the grammar spells out less of the output.
+
+Usage: python benchmarks/spec_speed.py [--schemas A B C D E | --open 8] [--reps 5] [--exact]
+       [--write]
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import platform
 import sys
 import time
@@ -49,17 +56,27 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--gamma", type=int, default=4, help="draft-model tokens per round")
     ap.add_argument("--exact", action="store_true", help="add exact Φ vs mask-only rows")
+    ap.add_argument("--open", type=int, default=0, help="N development-set schemas instead")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     transformers.logging.set_verbosity_error()
     tok, model = load_default_tokenizer(), load_default_model()
     draft = copy.deepcopy(model).to(torch.bfloat16)
-    keys = [k for k in SCHEMAS if any(k.startswith(s) for s in args.schemas)]
-    grammars = {k: compiled(k, tok, model.config.vocab_size) for k in keys}
+    if args.open and args.exact:
+        ap.error("--exact needs the finite schemas, not --open")
+    if args.open:
+        from realworld_generation import DEV, pick_schemas, prompt_ids
+
+        rows = [json.loads(line) for line in DEV.open()]
+        chosen = pick_schemas(rows, args.open, tok, model.config.vocab_size)
+        grammars = {r["name"]: (prompt_ids(tok, r["schema"])[0].tolist(), g) for r, g in chosen}
+    else:
+        keys = [k for k in SCHEMAS if any(k.startswith(s) for s in args.schemas)]
+        grammars = {k: compiled(k, tok, model.config.vocab_size) for k in keys}
     configs: dict[str, dict] = {
-        "masked": {},
-        "grammar": {"grammar_draft": True},
+        "masked": {"grammar_draft": False},
+        "default": {},
         "bf16": {"assistant_model": draft, "num_assistant_tokens": args.gamma},
         "bf16, no runs": {
             "assistant_model": draft,
@@ -72,7 +89,8 @@ def main() -> None:
         for k, (prompt, g) in grammars.items():  # explored once, before the timed runs
             exact[k] = ExactPhi(g, PrefixLM(model, batch_size=64), tol=1e-6, max_nodes=200_000)
             exact[k].root_exploration(prompt)
-        configs["grammar, exact Φ"] = {"grammar_draft": True, "phi": "exact"}
+        configs["default, exact Φ"] = {"phi": "exact"}
+        configs["bf16, exact Φ"] = {**configs["bf16"], "phi": "exact"}
     seconds = {c: 0.0 for c in configs}
     tokens = {c: 0 for c in configs}
     counts = {c: [0, 0, 0] for c in configs}  # accepted, offered, rounds
@@ -99,17 +117,19 @@ def main() -> None:
                     counts[name][2] += stats.rounds
     rate = {c: tokens[c] / seconds[c] for c in configs}
     section = SECTION + (" (with exact Φ)" if args.exact else "")
+    section += " (open schemas)" if args.open else ""
+    where = f"--open {args.open}" if args.open else f"--schemas {' '.join(args.schemas)}"
     lines = [
         section,
         "",
-        f"Command: `python benchmarks/spec_speed.py --schemas {' '.join(args.schemas)} --reps "
+        f"Command: `python benchmarks/spec_speed.py {where} --reps "
         f"{args.reps} --max-new-tokens {args.max_new_tokens} --gamma {args.gamma}"
         f"{' --exact' if args.exact else ''} --write`. Machine: {platform.machine()} CPU "
         f"({torch.get_num_threads()} threads), Python {platform.python_version()}, torch "
         f"{torch.__version__}, transformers {transformers.__version__}; "
         f"{time.strftime('%Y-%m-%d')}; {time.perf_counter() - t_all:.0f} s. Target "
         "SmolLM2-135M-Instruct float32, `do_sample=True, top_k=0`, `phi='uniform'` unless "
-        f"named; schemas {', '.join(k.split()[0] for k in keys)}; each configuration "
+        f"named; schemas {', '.join(k.split()[0] for k in grammars)}; each configuration "
         f"{args.reps} samples per schema, interleaved.",
         "",
         "| configuration | tokens | tokens/s | ratio to masked | tokens per target forward | "
@@ -123,8 +143,10 @@ def main() -> None:
         lines.append(f"| {c} | {tokens[c]} | {rate[c]:.1f} | {rate[c] / rate['masked']:.2f} | "
                      f"{per} | {accept} |")  # fmt: skip
     if args.exact:
-        lines += ["", f"Exact Φ ÷ mask-only speculation (both grammar-only drafts): "
-                  f"{rate['grammar, exact Φ'] / rate['grammar']:.2f}."]  # fmt: skip
+        ratio = {c: rate[f"{c}, exact Φ"] / rate[c] for c in ("default", "bf16")}
+        lines += ["", "Exact Φ ÷ mask-only speculation with the same draft and flags: "
+                  f"{ratio['default']:.2f} (grammar-only drafts), "
+                  f"{ratio['bf16']:.2f} (bf16 draft with runs)."]  # fmt: skip
     table = "\n".join(lines) + "\n"
     print(table)
     if args.write:

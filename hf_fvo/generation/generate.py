@@ -96,9 +96,12 @@ def generate(
             config (Transformers ignores this argument when passed to ``model.generate``).
         grammar_draft: Propose the text the grammar spells out (keys, punctuation, the tail of
             an enum value) as free drafts that cost no draft forward
-            (:mod:`hf_fvo.generation.grammar_draft`); the law sampled is unchanged. With
-            ``assistant_model`` it is on unless ``False``; without one, ``True`` runs assisted
-            decoding with the grammar as the only draft.
+            (:mod:`hf_fvo.generation.grammar_draft`); the law sampled is unchanged, the random
+            draws are not (a seed gives another sample of the same law than plain decoding).
+            With ``assistant_model`` it is on unless ``False``. Without one, ``None`` (default)
+            runs assisted decoding with the grammar as the only draft for one sequence without
+            per-step outputs (``output_scores``, a streamer…) or beams, and plain decoding
+            otherwise; ``True`` also drafts batches, row by row; ``False`` never drafts.
         **generate_kwargs: Passed to ``model.generate``; the budget Transformers uses
             (``max_new_tokens``, ``max_length``, ``generation_config``, or its default of 20
             new tokens) also bounds the completions Φ counts; ``logits_processor`` entries run
@@ -146,6 +149,13 @@ def generate(
         )
     speculative = assistant_model is not None or bool(grammar_draft)
     copies = generate_kwargs.get("num_return_sequences") or 1
+    # grammar-only drafts by default where assisted decoding serves the call as plain decoding
+    # would: one sequence, no per-step outputs (checked again against the merged config below)
+    by_default = (
+        grammar_draft is None and assistant_model is None and input_ids.shape[0] == 1
+        and copies == 1 and not any(generate_kwargs.get(k) for k in _PER_STEP_OUTPUTS)
+        and not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+    )  # fmt: skip
     if speculative and (input_ids.shape[0] > 1 or copies > 1):
         return _row_by_row(
             model, input_ids, grammar=grammar, phi=phi, prompt_length=prompt_length,
@@ -169,7 +179,9 @@ def generate(
     extra = generate_kwargs.pop("logits_processor", None) or []
     processors = LogitsProcessorList([processor, *extra])
     streamer = generate_kwargs.get("streamer")
+    speculative = speculative or by_default
     stats = SpeculationStats() if speculative else None
+    drafted: list[bool] = []  # whether assisted decoding ran
     if assistant_model is not None:
         for key in ("tokenizer", "assistant_tokenizer"):
             if generate_kwargs.get(key) is not None:
@@ -213,11 +225,16 @@ def generate(
         _check_feasible(grammar, states, processor.max_new_tokens, generation_config, width)
         try:
             beams = (generation_config.num_beams or 1) > 1
-            if not speculative or (assistant_model is None and beams):
+            plain = by_default and (
+                (generation_config.num_return_sequences or 1) > 1
+                or any(getattr(generation_config, k, None) for k in _PER_STEP_OUTPUTS)
+            )
+            if not speculative or (assistant_model is None and (beams or plain)):
                 return _decoding_method(generation_config)(
                     model, input_ids, logits_processor, stopping_criteria, generation_config,
                     **({"streamer": streamer} if streamer is not None else {}), **model_kwargs,
                 )  # fmt: skip
+            drafted.append(True)
             return GenerationMixin._assisted_decoding(
                 _WithCandidateGenerator(model, candidates),
                 input_ids,
@@ -244,7 +261,7 @@ def generate(
         custom_generate=fvo_decoding,
         **generate_kwargs,
     )
-    if stats is not None and not isinstance(out, torch.Tensor):
+    if drafted and not isinstance(out, torch.Tensor):
         out["speculation"] = stats
     return _with_certificates(out, processor, start, width - start)
 

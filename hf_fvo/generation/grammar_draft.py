@@ -33,13 +33,16 @@ __all__ = ["GrammarCandidateGenerator", "grammar_run", "point_mass_logits"]
 _CHAIN_LIMIT = 32
 
 
-# (tokenizer fingerprint, the longest token of a prefix chain) → the token the target wrote
-# there last: where the grammar fixes the text but not its split, the split the model chose
-# before is the best guess (SmolLM2 writes `{"` as `{` + `"` although the vocabulary has `{"`)
-_SPLITS: OrderedDict[tuple[str, int], int] = OrderedDict()
+# (tokenizer fingerprint, the estimator's kind, the longest token of a prefix chain) → the token
+# the target wrote there last: where the grammar fixes the text but not its split, the split the
+# model chose before under the same law is the best guess (under masking SmolLM2 writes `{"` as
+# `{` + `"` although the vocabulary has `{"`; under μ* it writes `{"`). A guess from another law
+# is not only rejected more often: it can lead an exact estimator into a subtree its table has
+# not explored, whose Φ then costs forwards of its own.
+_SPLITS: OrderedDict[tuple[str, str, int], int] = OrderedDict()
 _SPLITS_SIZE = 100_000
 
-Key = tuple[str, int] | None
+Key = tuple[str, str, int] | None
 
 
 def learn_splits(keys: list[Key], emitted: list[int]) -> None:
@@ -59,7 +62,8 @@ def grammar_run(
     """Up to ``limit`` tokens the grammar spells out after ``generated`` (the grammar's tokens
     so far): at each step the single admissible token or, where the admissible tokens' texts
     form a prefix chain (the text is fixed, its split is not), the split the target chose the
-    last time it met that chain (see :func:`learn_splits`), else the longest; the run stops at
+    last time it met that chain under the same kind of estimator (see :func:`learn_splits`),
+    else the longest; the run stops at
     the first branching point or after EOS. Returns the run and, per token, the chain's key
     (``None`` where the token was the only one admissible).
 
@@ -95,7 +99,7 @@ def grammar_run(
             longest = max(range(len(ids)), key=lambda k: (len(texts[k]), -ids[k]))
             if not all(texts[longest].startswith(t) for t in texts):
                 break
-            key = (g.tokenizer_fingerprint, ids[longest])
+            key = (g.tokenizer_fingerprint, type(processor.estimator).__name__, ids[longest])
             seen = _SPLITS.get(key)
             token = seen if seen in ids else ids[longest]
         else:

@@ -290,8 +290,8 @@ class FVOLogitsProcessor(LogitsProcessor):
             log_phi = step.log_phi
             if not bool(torch.isfinite(log_phi).any()):
                 log_phi = self._out_of_budget(state)
-            logp = torch.log_softmax(logits.double(), dim=-1)
-            row_out = logp[:vocab] + log_phi.to(logp.device)
+            # log p_t + log Φ̂ up to the row's normaliser, which softmax ignores
+            row_out = logits[:vocab].double() + log_phi.to(logits.device)
             if not bool(torch.isfinite(row_out).any()):
                 dead = self._conflict(generated, log_phi)
                 if not self.beam_search:

@@ -203,10 +203,10 @@ class PhiEstimator(ABC):
     def step(self, ctx: PhiContext) -> PhiStep:
         """log Φ̂ plus Φ̄_t, the dispersion and δ_t for one position."""
         log_phi, unscored = self.estimate(ctx)
-        logp = torch.log_softmax(ctx.logits.double(), dim=-1)
         width = log_phi.shape[0]
         admissible = torch.isfinite(log_phi)
-        lp = logp[:width][admissible]
+        # unnormalised log p_t on A_t: Φ̄_t is a ratio of sums over A_t, the normaliser cancels
+        lp = ctx.logits[:width].to(log_phi.device)[admissible].double()
         lf = log_phi[admissible]
         delta, relative = self.additive_error(ctx), self.relative_error(ctx)
         if len(lf) == 0:

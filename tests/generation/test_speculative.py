@@ -188,11 +188,29 @@ def test_grammar_runs_do_not_change_greedy_output(setting, sp_tokenizer):
     target64 = tiny_llama(len(sp_tokenizer), eos, seed=1).double()
     for prompt in (PROMPT, (1, 7), (1, 4, 4, 8)):
         ids = torch.tensor([prompt])
-        plain = hf_fvo.generate(target64, ids, grammar=grammar, phi="onestep",
+        plain = hf_fvo.generate(target64, ids, grammar=grammar, phi="onestep", grammar_draft=False,
                                 max_new_tokens=MAX_NEW, do_sample=False)  # fmt: skip
         free = hf_fvo.generate(target64, ids, grammar=grammar, phi="onestep", grammar_draft=True,
                                max_new_tokens=MAX_NEW, do_sample=False)  # fmt: skip
         assert torch.equal(plain, free)
+
+
+def test_one_sequence_is_drafted_by_the_grammar_by_default(setting):
+    """Without a draft model, a single sequence runs on the grammar's free drafts unless asked
+    otherwise; batches, per-step outputs and grammar_draft=False decode plainly."""
+    target, _, grammar = setting[:3]
+    ids = torch.tensor([PROMPT])
+    kw = {"max_new_tokens": MAX_NEW, "do_sample": True, "return_dict_in_generate": True}
+    out = hf_fvo.generate(target, ids, grammar=grammar, **kw)
+    assert out.speculation.rounds > 0 and sum(out.speculation.free) > 0
+    plain = [
+        hf_fvo.generate(target, ids, grammar=grammar, grammar_draft=False, **kw),
+        hf_fvo.generate(target, ids.repeat(2, 1), grammar=grammar, **kw),
+        hf_fvo.generate(target, ids, grammar=grammar, output_scores=True, **kw),
+        hf_fvo.generate(target, ids, grammar=grammar, num_return_sequences=2, **kw),
+    ]
+    assert all("speculation" not in o for o in plain)
+    assert len(plain[2].scores) == plain[2].sequences.shape[1] - len(PROMPT)
 
 
 BATCH_PROMPTS = [(1, 5, 9), (1, 7), (1, 4, 4, 8), (1, 6, 3)]
