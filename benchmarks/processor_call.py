@@ -43,6 +43,15 @@ SCHEMAS = {
     },
 }
 PEERS = ("outlines_core", "xgrammar", "llguidance")
+NOTES = """The Outlines processors are outlines 1.x's `OutlinesCoreLogitsProcessor`,
+`XGrammarLogitsProcessor` and `LLGuidanceLogitsProcessor` (built with
+`outlines.backends.get_json_schema_logits_processor`); hf_fvo's is `FVOLogitsProcessor` on its
+default pushdown (llguidance) backend. outlines-core precomputes a mask per DFA state when it
+compiles; hf_fvo, like the llguidance processor, asks the parser for each mask at run time.
+hf_fvo's masking takes a fast path (the parser's mask unpacked once, the incoming scores kept on
+A_t in one pass; no log-softmax, no diagnostics over the row). Masking + OneStep scores up to 32
+candidates per position, and each needs its next state's mask from the parser: one call costs
+roughly as many mask computations as there are likely candidates."""
 
 
 def main() -> None:
@@ -112,6 +121,7 @@ def main() -> None:
             p90 = sorted(times[name])[int(0.9 * (len(times[name]) - 1))]
             lines.append(f"| {label} | {name} | {len(times[name])} | {med * 1e6:.0f} µs | "
                          f"{p90 * 1e6:.0f} µs | {med / fastest:.2f} |")  # fmt: skip
+    lines += ["", NOTES]
     table = "\n".join(lines) + "\n"
     print(table)
     if args.write:

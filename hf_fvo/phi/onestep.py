@@ -14,6 +14,8 @@ No forward pass: the current distribution p_t stands in for p(· | x, y).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from hf_fvo.grammar import Grammar, TokenAutomaton
@@ -99,14 +101,14 @@ class OneStepPhi(PhiEstimator):
         g = self.grammar
         after = None if ctx.remaining is None else ctx.remaining - 1
         groups = g.transitions(ctx.state)
+        mass = _Mass(logp)
         for k, nxt in enumerate(groups.next_states.tolist()):
             a, b = int(groups.offsets[k]), int(groups.offsets[k + 1])
             tokens = groups.token_ids[a:b]
             tokens = tokens[mask[tokens]]
             if len(tokens) == 0:
                 continue
-            allowed_next = admissible_mask(g, nxt, after)
-            out[tokens] = torch.logsumexp(logp[: allowed_next.shape[0]][allowed_next], 0)
+            out[tokens] = mass.log(admissible_mask(g, nxt, after))
 
     def _scored(
         self, ctx: PhiContext, logp: torch.Tensor, mask: torch.Tensor, out: torch.Tensor
@@ -120,22 +122,43 @@ class OneStepPhi(PhiEstimator):
         ids = torch.nonzero(candidates).flatten()
         if len(ids) == 0:
             return 0.0
-        lp = logp[:width][ids]
-        order = torch.argsort(lp, descending=True)
-        total = torch.logsumexp(logp[:width][mask], 0)
-        share = torch.exp(torch.logcumsumexp(lp[order], 0) - total)
+        mass = _Mass(logp[:width])
+        total = mass.log(mask)
+        top_lp, top = torch.topk(logp[:width][ids], min(self.max_candidates, len(ids)))
+        share = torch.exp(torch.logcumsumexp(top_lp, 0) - total)
         take = int(torch.searchsorted(share, torch.tensor(self.coverage, dtype=share.dtype))) + 1
-        take = min(take, self.max_candidates, len(ids))
-        chosen = ids[order[:take]]
+        chosen = ids[top[: min(take, len(top))]]
         after = None if ctx.remaining is None else ctx.remaining - 1
         for y in chosen.tolist():
-            nxt = g.next_state(ctx.state, y)
-            allowed_next = admissible_mask(g, nxt, after)
-            out[y] = torch.logsumexp(logp[: allowed_next.shape[0]][allowed_next], 0)
-        rest = ids[order[take:]]
-        if len(rest) == 0:
+            out[y] = mass.log(admissible_mask(g, g.next_state(ctx.state, y), after))
+        if len(chosen) == len(ids):
             return 0.0
+        rest = candidates
+        rest[chosen] = False
         weights = logp[:width][chosen]
-        mean = torch.logsumexp(weights + out[chosen], 0) - torch.logsumexp(weights, 0)
-        out[rest] = mean
-        return float(torch.exp(torch.logsumexp(logp[:width][rest], 0) - total))
+        out[rest] = torch.logsumexp(weights + out[chosen], 0) - torch.logsumexp(weights, 0)
+        return math.exp(mass.log(rest) - total)
+
+
+class _Mass:
+    """log Σ_{u ∈ mask} p_t(u) for many masks over one row of log-probabilities: p_t / max p_t
+    summed where the mask holds, in float64 (no gather of the masked entries, no logsumexp); a
+    sum below 1e-280 of the row's largest probability, whose small terms may have underflowed,
+    takes the logsumexp instead."""
+
+    _TINY = 1e-280
+
+    def __init__(self, logp: torch.Tensor) -> None:
+        self.logp = logp
+        self.shift = float(logp.max())
+        self.p = (logp - self.shift).exp() if math.isfinite(self.shift) else None
+        self.zero = torch.zeros((), dtype=logp.dtype, device=logp.device)
+
+    def log(self, mask: torch.Tensor) -> float:
+        n = min(mask.shape[0], self.logp.shape[0])
+        mask = mask[:n].to(self.logp.device)
+        if self.p is not None:
+            total = float(torch.where(mask, self.p[:n], self.zero).sum())
+            if total > self._TINY:
+                return math.log(total) + self.shift
+        return float(torch.logsumexp(self.logp[:n][mask], 0))
