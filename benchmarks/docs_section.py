@@ -18,3 +18,13 @@ def write_section(heading: str, body: str) -> Path:
         text = text.rstrip() + "\n\n" + body.rstrip() + "\n"
     DOCS.write_text(text)
     return DOCS
+
+
+def publish(lines: list[str], write: bool) -> str:
+    """Print a script's section (``lines[0]`` is its heading) and, with ``write``, put it in
+    docs/benchmarks.md."""
+    table = "\n".join(lines) + "\n"
+    print(table)
+    if write:
+        write_section(lines[0], table)
+    return table

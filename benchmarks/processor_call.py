@@ -46,17 +46,20 @@ PEERS = ("outlines_core", "xgrammar", "llguidance")
 NOTES = """The Outlines processors are outlines 1.x's `OutlinesCoreLogitsProcessor`,
 `XGrammarLogitsProcessor` and `LLGuidanceLogitsProcessor` (built with
 `outlines.backends.get_json_schema_logits_processor`); hf_fvo's is `FVOLogitsProcessor` on its
-default pushdown (llguidance) backend. outlines-core precomputes a mask per DFA state when it
-compiles; hf_fvo, like the llguidance processor, asks the parser for each mask at run time.
+default pushdown (llguidance) backend, and, in the rows marked "(automaton)", on its token
+automaton (both schemas are regular). outlines-core precomputes a mask per DFA state when it
+compiles; hf_fvo's pushdown backend, like the llguidance processor, asks the parser for each
+mask at run time, its automaton reads the mask from its transition table.
 hf_fvo's masking takes a fast path (the parser's mask unpacked once, the incoming scores kept on
-A_t in one pass; no log-softmax, no diagnostics over the row). Masking + OneStep scores up to 32
-candidates per position, and each needs its next state's mask from the parser: one call costs
-roughly as many mask computations as there are likely candidates."""
+A_t in one pass; no log-softmax, no diagnostics over the row). On the pushdown backend, Masking
++ OneStep scores up to 32 candidates per position, and each needs its next state's mask from the
+parser: one call costs roughly as many mask computations as there are likely candidates; on the
+automaton it sums p_t once per distinct next state."""
 
 
 def main() -> None:
     import outlines
-    from docs_section import write_section
+    from docs_section import publish
     from outlines.backends import get_json_schema_logits_processor
 
     import hf_fvo
@@ -98,13 +101,18 @@ def main() -> None:
         logits = [x[0] for x in out.logits]
         width = prompt.shape[1]
 
-        def fresh(name: str, g=g, width=width, schema=schema):
+        dfa = hf_fvo.Grammar.from_json_schema(schema, tok, whitespace="", backend="automaton",
+                                              vocab_size=model.config.vocab_size)  # fmt: skip
+
+        def fresh(name: str, g=g, dfa=dfa, width=width, schema=schema):
             if name.startswith("hf_fvo"):
-                phi = "onestep" if name.endswith("onestep") else "uniform"
-                return FVOLogitsProcessor(g, phi=phi, model=model, prompt_length=width)
+                phi = "onestep" if "onestep" in name else "uniform"
+                grammar = dfa if name.endswith("(automaton)") else g
+                return FVOLogitsProcessor(grammar, phi=phi, model=model, prompt_length=width)
             return get_json_schema_logits_processor(name, wrapped, json.dumps(schema))
 
-        names = ("hf_fvo mask", "hf_fvo mask + onestep", *PEERS)
+        names = (*(f"{n}{b}" for b in ("", " (automaton)")
+                   for n in ("hf_fvo mask", "hf_fvo mask + onestep")), *PEERS)  # fmt: skip
         times: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(args.passes):
             for name in names:
@@ -122,10 +130,7 @@ def main() -> None:
             lines.append(f"| {label} | {name} | {len(times[name])} | {med * 1e6:.0f} µs | "
                          f"{p90 * 1e6:.0f} µs | {med / fastest:.2f} |")  # fmt: skip
     lines += ["", NOTES]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.write:
-        write_section(SECTION, table)
+    publish(lines, args.write)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ def readme_command() -> tuple[list[str], str]:
 def main() -> None:
     import torch
     import transformers
-    from docs_section import write_section
+    from docs_section import publish
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=2)
@@ -73,10 +73,7 @@ def main() -> None:
         "|---|---|---|---|",
     ]
     lines += [f"| {r} | {w:.1f} s | {c:.1f} s | {tv} |" for r, w, c, tv in rows]
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.write:
-        write_section(SECTION, table)
+    publish(lines, args.write)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ SECTION = "## FVO-Spec speed: free grammar drafts against plain masked sampling"
 
 
 def main() -> None:
-    from docs_section import write_section
+    from docs_section import publish
     from schemas import SCHEMAS, compiled
 
     import hf_fvo
@@ -147,10 +147,7 @@ def main() -> None:
         lines += ["", "Exact Φ ÷ mask-only speculation with the same draft and flags: "
                   f"{ratio['default']:.2f} (grammar-only drafts), "
                   f"{ratio['bf16']:.2f} (bf16 draft with runs)."]  # fmt: skip
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.write:
-        write_section(section, table)
+    publish(lines, args.write)
 
 
 if __name__ == "__main__":
