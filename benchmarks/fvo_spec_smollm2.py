@@ -84,7 +84,7 @@ def exactness(
             seq, stats = _spec(model, draft, ids, g, phi, draft_phi="same",
                                num_assistant_tokens=gamma)  # fmt: skip
             samples.append(tuple(seq))
-            accepted, proposed = accepted + sum(stats.accepted), proposed + sum(stats.proposed)
+            accepted, proposed = accepted + sum(stats.accepted), proposed + stats.candidates
             tokens += len(seq)
         seconds = time.perf_counter() - t0
         star_text = star.pushforward(text)
@@ -155,7 +155,7 @@ def acceptance(tok, model, draft, n: int, gamma: int) -> list[str]:
             for _ in range(n):
                 _, stats = _spec(model, draft, ids, g, "uniform", blind_draft=blind,
                                  num_assistant_tokens=gamma)  # fmt: skip
-                acc, prop = acc + sum(stats.accepted), prop + sum(stats.proposed)
+                acc, prop = acc + sum(stats.accepted), prop + stats.candidates
                 emitted, rounds = emitted + sum(stats.emitted), rounds + stats.rounds
             seconds = time.perf_counter() - t0
             cells[blind] = (acc / prop, emitted / rounds, emitted / seconds)
@@ -202,7 +202,7 @@ def throughput(tok, model, draft, n: int, gamma: int) -> list[str]:
             seconds[name] += time.perf_counter() - t0
             tokens[name] += len(seq)
             accepted[name][0] += sum(stats.accepted)
-            accepted[name][1] += sum(stats.proposed)
+            accepted[name][1] += stats.candidates
     rate = {k: tokens[k] / seconds[k] for k in estimators}
     lines = [
         f"### Throughput: FVO-Spec ÷ mask-only speculative decoding (schema {key[0]})",

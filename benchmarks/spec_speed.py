@@ -113,7 +113,7 @@ def main() -> None:
                 stats = out.get("speculation")
                 if stats is not None:
                     counts[name][0] += sum(stats.accepted)
-                    counts[name][1] += sum(stats.proposed) + sum(stats.free)
+                    counts[name][1] += stats.candidates
                     counts[name][2] += stats.rounds
     rate = {c: tokens[c] / seconds[c] for c in configs}
     section = SECTION + (" (with exact Φ)" if args.exact else "")

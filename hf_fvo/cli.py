@@ -179,7 +179,7 @@ def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
         )  # fmt: skip
         generated = out.sequences[0, len(prompt) :].tolist()
         counts[text(generated)] = counts.get(text(generated), 0) + 1
-        proposed += sum(out.speculation.proposed)
+        proposed += out.speculation.candidates
         accepted += sum(out.speculation.accepted)
         tokens += len(generated)
     seconds = time.perf_counter() - t0

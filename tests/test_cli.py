@@ -35,6 +35,8 @@ def test_demo_shows_each_branch_under_both_laws_and_fvo_spec_samples(capsys):
     assert tv == pytest.approx(
         0.5 * sum(abs(a - b) for a, b in zip(proj, star, strict=True)), abs=3e-3
     )
+    # a share of the draft's and the grammar's candidates (free ones counted on both sides)
+    assert 0.0 <= float(out.split("acceptance ")[1].split(",")[0]) <= 1.0
 
 
 @pytest.mark.parametrize(

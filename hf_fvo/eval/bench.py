@@ -214,7 +214,7 @@ def run_row(
                                   assistant_model=draft, do_sample=True, top_k=0,
                                   max_new_tokens=budget, return_dict_in_generate=True)  # fmt: skip
             accepted += sum(res.speculation.accepted)
-            proposed += sum(res.speculation.proposed)
+            proposed += res.speculation.candidates
             tokens += res.sequences.shape[1] - len(prompt)
         out.update(acceptance=accepted / max(proposed, 1),
                    tokens_per_s=tokens / (time.perf_counter() - t1))  # fmt: skip

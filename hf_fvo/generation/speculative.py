@@ -84,10 +84,14 @@ class SpeculationStats:
         return len(self.accepted)
 
     @property
+    def candidates(self) -> int:
+        """Candidate tokens offered to the target: the draft model's and the grammar's."""
+        return sum(self.proposed) + sum(self.free)
+
+    @property
     def acceptance_rate(self) -> float:
-        """Accepted ÷ proposed candidate tokens, the draft model's and the grammar's (nan before
-        the first round)."""
-        total = sum(self.proposed) + sum(self.free)
+        """Accepted ÷ :attr:`candidates` (nan before the first round)."""
+        total = self.candidates
         return sum(self.accepted) / total if total else float("nan")
 
     @property
