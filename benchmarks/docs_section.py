@@ -10,7 +10,8 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 def write_section(heading: str, body: str) -> Path:
     """Put ``body`` (which starts with ``heading``) where ``heading`` is, or at the end."""
     text = DOCS.read_text()
-    start = text.find(heading)
+    # the heading as a whole line: "## X" must not match "## X (with Y)"
+    start = ("\n" + text).find("\n" + heading.rstrip() + "\n")
     if start >= 0:
         end = text.find("\n## ", start + len(heading))
         text = text[:start] + body.rstrip() + "\n" + (text[end:] if end >= 0 else "")
