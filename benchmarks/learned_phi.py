@@ -208,12 +208,9 @@ def main() -> None:
         reduction = 100 * r["reduction_vs_uniform"]
         lines.append(f"| {r['row']} | {cell(r, 'uniform')} | {cell(r, 'onestep')} | "
                      f"{cell(r, 'learned')} | {reduction:.1f} % |")  # fmt: skip
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.write:
-        from benchmarks.docs_section import write_section
+    from benchmarks.docs_section import publish
 
-        write_section(lines[0], table)
+    publish(lines, args.write)
 
 
 if __name__ == "__main__":

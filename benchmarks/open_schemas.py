@@ -199,12 +199,9 @@ def main() -> None:
             f"rows with a reference (mean distance {mean_p:.3f} vs {mean_b:.3f}); more cap endings "
             f"than `{base}` on {more_caps} of {len(records)} rows."
         )  # fmt: skip
-    table = "\n".join(lines) + "\n"
-    print(table)
-    if args.write:
-        from benchmarks.docs_section import write_section
+    from benchmarks.docs_section import publish
 
-        write_section(lines[0], table)
+    publish(lines, args.write)
 
 
 if __name__ == "__main__":
