@@ -29,6 +29,7 @@ import argparse
 import copy
 import json
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -116,6 +117,10 @@ def main() -> None:
                     counts[name][1] += stats.candidates
                     counts[name][2] += stats.rounds
     rate = {c: tokens[c] / seconds[c] for c in configs}
+    calls = args.reps * len(grammars)
+    # one forward of a prompt alone, as every call starts with
+    prompts = [torch.tensor([p]) for p, _ in grammars.values()]
+    prefill = statistics.median(_timed(lambda x=x: model(x)) for x in prompts for _ in range(3))
     section = SECTION + (" (with exact Φ)" if args.exact else "")
     section += " (open schemas)" if args.open else ""
     where = f"--open {args.open}" if args.open else f"--schemas {' '.join(args.schemas)}"
@@ -132,22 +137,31 @@ def main() -> None:
         f"named; schemas {', '.join(k.split()[0] for k in grammars)}; each configuration "
         f"{args.reps} samples per schema, interleaved.",
         "",
-        "| configuration | tokens | tokens/s | ratio to masked | tokens per target forward | "
-        "acceptance |",
-        "|---|---|---|---|---|---|",
+        "| configuration | tokens | tokens per call | tokens/s | ratio to masked | "
+        "tokens per target forward | ms per target forward | acceptance |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in configs:
         acc, offered, rounds = counts[c]
-        per = f"{tokens[c] / rounds:.2f}" if rounds else "1"
+        rounds = rounds or tokens[c]  # plain decoding: one forward per token
         accept = f"{acc / offered:.3f}" if offered else "—"
-        lines.append(f"| {c} | {tokens[c]} | {rate[c]:.1f} | {rate[c] / rate['masked']:.2f} | "
-                     f"{per} | {accept} |")  # fmt: skip
+        lines.append(f"| {c} | {tokens[c]} | {tokens[c] / calls:.1f} | {rate[c]:.1f} | "
+                     f"{rate[c] / rate['masked']:.2f} | {tokens[c] / rounds:.2f} | "
+                     f"{1e3 * seconds[c] / rounds:.0f} | {accept} |")  # fmt: skip
+    lines += ["", f"One forward of a prompt alone (the first forward of every call): "
+              f"{1e3 * prefill:.0f} ms (median over the prompts, 3 each)."]  # fmt: skip
     if args.exact:
         ratio = {c: rate[f"{c}, exact Φ"] / rate[c] for c in ("default", "bf16")}
         lines += ["", "Exact Φ ÷ mask-only speculation with the same draft and flags: "
                   f"{ratio['default']:.2f} (grammar-only drafts), "
                   f"{ratio['bf16']:.2f} (bf16 draft with runs)."]  # fmt: skip
     publish(lines, args.write)
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":
