@@ -100,8 +100,9 @@ def generate(
             draws are not (a seed gives another sample of the same law than plain decoding).
             With ``assistant_model`` it is on unless ``False``. Without one, ``None`` (default)
             runs assisted decoding with the grammar as the only draft for one sequence without
-            per-step outputs (``output_scores``, a streamer…) or beams, and plain decoding
-            otherwise; ``True`` also drafts batches, row by row; ``False`` never drafts.
+            per-step outputs (``output_scores``, a streamer…) or beams, on a model and cache
+            assisted decoding supports, and plain decoding otherwise; ``True`` also drafts
+            batches, row by row; ``False`` never drafts.
         **generate_kwargs: Passed to ``model.generate``; the budget Transformers uses
             (``max_new_tokens``, ``max_length``, ``generation_config``, or its default of 20
             new tokens) also bounds the completions Φ counts; ``logits_processor`` entries run
@@ -114,8 +115,9 @@ def generate(
         ``speculation``, a :class:`~hf_fvo.generation.SpeculationStats`.
 
     Raises:
-        InvalidArgumentError: ``input_ids`` is not a 2-D integer tensor, or another argument is
-            malformed.
+        InvalidArgumentError: ``input_ids`` is not a 2-D integer tensor, another argument is
+            malformed, or speculation was asked for where assisted decoding cannot run (a
+            stateful model, ``use_cache=False``, a static cache).
         TokenizerError: the grammar was compiled for another tokenizer (vocabulary size, or the
             ``tokenizer`` passed).
         EmptyLanguageError: no member fits the budget (its shortest needs more tokens).
@@ -225,15 +227,22 @@ def generate(
         _check_feasible(grammar, states, processor.max_new_tokens, generation_config, width)
         try:
             beams = (generation_config.num_beams or 1) > 1
+            why_not = _why_not_assisted(model, generation_config, model_kwargs)
             plain = by_default and (
                 (generation_config.num_return_sequences or 1) > 1
                 or any(getattr(generation_config, k, None) for k in _PER_STEP_OUTPUTS)
+                or why_not is not None
             )
             if not speculative or (assistant_model is None and (beams or plain)):
                 return _decoding_method(generation_config)(
                     model, input_ids, logits_processor, stopping_criteria, generation_config,
                     **({"streamer": streamer} if streamer is not None else {}), **model_kwargs,
                 )  # fmt: skip
+            if why_not is not None:
+                raise InvalidArgumentError(
+                    f"speculative decoding (assistant_model, grammar_draft=True) cannot run with "
+                    f"{why_not}: Transformers' assisted decoding rolls the cache back"
+                )
             drafted.append(True)
             return GenerationMixin._assisted_decoding(
                 _WithCandidateGenerator(model, candidates),
@@ -268,6 +277,21 @@ def generate(
 
 _PER_STEP_OUTPUTS = ("output_scores", "output_logits", "output_attentions",
                      "output_hidden_states", "streamer")  # fmt: skip
+
+
+def _why_not_assisted(model: Any, config: Any, model_kwargs: dict) -> str | None:
+    """Why Transformers' assisted decoding cannot run with this model and cache (it refuses
+    stateful models, ``use_cache=False`` and static caches), or ``None``."""
+    static = getattr(config, "cache_implementation", None)
+    if getattr(model, "_is_stateful", False):
+        return f"{type(model).__name__} is stateful (its state cannot be rolled back)"
+    if not model_kwargs.get("use_cache", True):
+        return "use_cache=False"
+    if static in ("static", "hybrid", "sliding_window"):
+        return f"cache_implementation={static!r}"
+    if type(model_kwargs.get("past_key_values")).__name__ == "StaticCache":
+        return "a StaticCache"
+    return None
 
 
 def _row_by_row(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:

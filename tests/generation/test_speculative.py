@@ -160,6 +160,9 @@ def test_bad_speculative_input_is_refused(setting):
         )  # fmt: skip
     with pytest.raises(InvalidArgumentError, match="grammar_draft must be True, False or None"):
         hf_fvo.generate(target, ids, grammar=grammar, grammar_draft="yes", max_new_tokens=4)
+    with pytest.raises(InvalidArgumentError, match="cannot run with use_cache=False"):
+        hf_fvo.generate(target, ids, grammar=grammar, assistant_model=draft, use_cache=False,
+                        max_new_tokens=4)  # fmt: skip
     with pytest.raises(InvalidArgumentError, match="output_scores with speculative decoding"):
         hf_fvo.generate(
             target, ids.repeat(2, 1), grammar=grammar, assistant_model=draft, max_new_tokens=4,
@@ -197,7 +200,8 @@ def test_grammar_runs_do_not_change_greedy_output(setting, sp_tokenizer):
 
 def test_one_sequence_is_drafted_by_the_grammar_by_default(setting):
     """Without a draft model, a single sequence runs on the grammar's free drafts unless asked
-    otherwise; batches, per-step outputs and grammar_draft=False decode plainly."""
+    otherwise; batches, per-step outputs, caches assisted decoding refuses and
+    grammar_draft=False decode plainly."""
     target, _, grammar = setting[:3]
     ids = torch.tensor([PROMPT])
     kw = {"max_new_tokens": MAX_NEW, "do_sample": True, "return_dict_in_generate": True}
@@ -208,9 +212,33 @@ def test_one_sequence_is_drafted_by_the_grammar_by_default(setting):
         hf_fvo.generate(target, ids.repeat(2, 1), grammar=grammar, **kw),
         hf_fvo.generate(target, ids, grammar=grammar, output_scores=True, **kw),
         hf_fvo.generate(target, ids, grammar=grammar, num_return_sequences=2, **kw),
+        hf_fvo.generate(target, ids, grammar=grammar, use_cache=False, **kw),  # refused there
+        hf_fvo.generate(target, ids, grammar=grammar, cache_implementation="static", **kw),
     ]
     assert all("speculation" not in o for o in plain)
     assert len(plain[2].scores) == plain[2].sequences.shape[1] - len(PROMPT)
+
+
+def test_a_stateful_model_decodes_plainly_by_default(sp_tokenizer):
+    """Assisted decoding refuses stateful models (Mamba's state cannot be rolled back), so the
+    default grammar drafts step aside for them; the output is still a member."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    from tests.generation.finite import CHOICES
+
+    torch.manual_seed(0)
+    config = MambaConfig(vocab_size=len(sp_tokenizer), hidden_size=16, state_size=4,
+                         num_hidden_layers=1, eos_token_id=sp_tokenizer.eos_token_id)  # fmt: skip
+    model = MambaForCausalLM(config).eval()
+    grammar = hf_fvo.Grammar.from_choices(CHOICES, sp_tokenizer, vocab_size=config.vocab_size)
+    out = hf_fvo.generate(model, torch.tensor([PROMPT]), grammar=grammar, do_sample=True,
+                          max_new_tokens=MAX_NEW, return_dict_in_generate=True)  # fmt: skip
+    assert "speculation" not in out
+    row = out.sequences[0, len(PROMPT) :].tolist()
+    assert grammar.is_accepting(grammar.walk(row[: row.index(grammar.eos_token_id)]))
+    with pytest.raises(InvalidArgumentError, match="MambaForCausalLM is stateful"):
+        hf_fvo.generate(model, torch.tensor([PROMPT]), grammar=grammar, grammar_draft=True,
+                        max_new_tokens=MAX_NEW)  # fmt: skip
 
 
 BATCH_PROMPTS = [(1, 5, 9), (1, 7), (1, 4, 4, 8), (1, 6, 3)]
