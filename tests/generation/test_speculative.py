@@ -148,6 +148,23 @@ def test_custom_generate_recipe_matches_hf_fvo_generate(setting):
     assert torch.equal(out, expected)
 
 
+def test_custom_generate_recipe_keeps_draft_phi_none(setting):
+    """draft_phi=None (a mask-only draft) reaches hf_fvo.generate through the recipe instead of
+    being dropped as unset (which would mean "auto": the verifier's OneStep on the draft)."""
+    target, draft, grammar = setting[:3]
+    ids = torch.tensor([PROMPT])
+    kw = {"grammar": grammar, "phi": "onestep", "assistant_model": draft, "do_sample": True,
+          "max_new_tokens": MAX_NEW, "return_dict_in_generate": True}  # fmt: skip
+
+    torch.manual_seed(3)
+    out = target.generate(ids, custom_generate=CUSTOM_GENERATE, trust_remote_code=True,
+                          draft_phi=None, **kw)  # fmt: skip
+    torch.manual_seed(3)
+    expected = hf_fvo.generate(target, ids, draft_phi=None, **kw)
+    assert torch.equal(out.sequences, expected.sequences)
+    assert out.speculation.proposed == expected.speculation.proposed
+
+
 def test_bad_speculative_input_is_refused(setting):
     target, draft, grammar = setting[:3]
     ids = torch.tensor([PROMPT])

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+_OWN = ("draft_phi", "grammar_draft", "num_assistant_tokens", "prompt_length")
+
 
 def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
     from hf_fvo.generation import generate as fvo_generate
@@ -27,6 +29,8 @@ def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
     kwargs.pop("inputs", None)
     if inputs is None:
         inputs = kwargs.pop("input_ids", None)
-    # generate() hands over every one of its parameters; keep those the caller set
-    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    # generate() hands over every one of its own parameters, None where unset: drop those, but
+    # keep hf_fvo's keywords, which arrive only when the caller set them (draft_phi=None means
+    # "mask only", not the default)
+    kwargs = {k: v for k, v in kwargs.items() if v is not None or k in _OWN}
     return fvo_generate(model, inputs, **kwargs)
