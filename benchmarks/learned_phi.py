@@ -50,8 +50,8 @@ def finite_schemas(schemas: str | None, count: int) -> list[tuple[str, dict, str
 def exact_tvs(model, tokenizer, schema: dict, text: str, estimators: dict, tol: float) -> dict:
     from hf_fvo import Grammar
     from hf_fvo.eval import TerminalLaw, sampling_law_on
+    from hf_fvo.models import chat_prompt
     from hf_fvo.phi import ExactPhi, PrefixLM
-    from hf_fvo.phi.recipe import chat_prompt
 
     g = Grammar.from_json_schema(schema, tokenizer, whitespace="", backend="automaton",
                                  vocab_size=model.config.vocab_size)  # fmt: skip

@@ -79,6 +79,7 @@ def demo(args: argparse.Namespace) -> int:
     from hf_fvo import Grammar, GrammarError
     from hf_fvo.generation import GrammarLogitsProcessor
     from hf_fvo.grammar.json_schema import prepare_json_schema
+    from hf_fvo.models import chat_prompt
 
     schema = _schema(args.schema)
     try:
@@ -100,10 +101,7 @@ def demo(args: argparse.Namespace) -> int:
     print(f"schema: {json.dumps(schema)}")
     print(f"grammar: {grammar.backend}, "
           f"compiled in {time.perf_counter() - t0:.2f}s")  # fmt: skip
-    messages = [{"role": "user", "content": args.prompt}]
-    input_ids = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-    )["input_ids"]
+    input_ids = torch.tensor([chat_prompt(tokenizer, args.prompt)])
     prompt_length = input_ids.shape[1]
     print(f"prompt: {args.prompt!r}")
     for constrained in (False, True):
@@ -140,6 +138,7 @@ def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
     import hf_fvo
     from hf_fvo import Grammar
     from hf_fvo.eval import TerminalLaw, sampling_law
+    from hf_fvo.models import chat_prompt
     from hf_fvo.phi import ExactPhi, PrefixLM
 
     grammar = Grammar.from_json_schema(
@@ -149,10 +148,7 @@ def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
         vocab_size=model.config.vocab_size,
         backend="automaton",
     )
-    messages = [{"role": "user", "content": SPEC_PROMPT}]
-    input_ids = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-    )["input_ids"]
+    input_ids = torch.tensor([chat_prompt(tokenizer, SPEC_PROMPT)])
     prompt = tuple(input_ids[0].tolist())
     print(f"\nFVO-Spec on a finite schema: {json.dumps(SPEC_SCHEMA)}")
     print(f"prompt: {SPEC_PROMPT!r}")
@@ -201,6 +197,7 @@ def audit(args: argparse.Namespace) -> int:
     from hf_fvo.eval import plot_audit
     from hf_fvo.grammar.json_schema import prepare_json_schema
     from hf_fvo.grammar.sources import regex_source
+    from hf_fvo.models import chat_prompt
 
     try:  # refuse a bad grammar before the slow model load
         if args.schema is not None:
@@ -221,7 +218,7 @@ def audit(args: argparse.Namespace) -> int:
             grammar = Grammar.from_choices(args.choices, tokenizer, vocab_size=vocab)
     except GrammarError as exc:
         raise CLIError(f"cannot compile the grammar: {exc}") from exc
-    prompt = _chat_prompt(tokenizer, args.prompt)
+    prompt = chat_prompt(tokenizer, args.prompt)
     report = run_audit(
         model, tokenizer, grammar, prompt, max_new_tokens=args.max_new_tokens, tol=args.tol,
         max_nodes=args.max_nodes, samples=args.samples, phi=args.phi, seed=args.seed,
@@ -421,15 +418,6 @@ def _provenance(argv: list[str]) -> str:
         f"({torch.get_num_threads()} threads), torch {torch.__version__}, transformers "
         f"{transformers.__version__}, hf_fvo {hf_fvo.__version__}\n\n"
     )
-
-
-def _chat_prompt(tokenizer, text: str) -> tuple[int, ...]:
-    if getattr(tokenizer, "chat_template", None):
-        out = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=True
-        )
-        return tuple(out["input_ids"])
-    return tuple(tokenizer(text)["input_ids"])
 
 
 def _bf16_copy(model):

@@ -25,6 +25,7 @@ from hf_fvo.eval.product import product_tv
 from hf_fvo.eval.reference import importance_sample
 from hf_fvo.grammar import Grammar, GrammarTooLargeError, TokenVocabulary
 from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.models.chat import chat_prompt
 from hf_fvo.phi import ExactPhi, PrefixLM
 
 __all__ = ["COLUMNS", "SUITES", "load_suite", "run_row", "suite_grammar", "suite_model"]
@@ -110,13 +111,7 @@ def suite_grammar(row: dict, tokenizer: Any, vocab_size: int) -> tuple[Grammar, 
         g = Grammar.from_choices(spec, tokenizer, vocab_size=vocab_size)
     else:
         raise InvalidArgumentError(f"row {row['name']!r}: unknown family {family!r}")
-    messages = [{"role": "user", "content": row["prompt"]}]
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                            return_dict=True)["input_ids"]  # fmt: skip
-    else:
-        ids = tokenizer(row["prompt"])["input_ids"]
-    return g, tuple(ids)
+    return g, chat_prompt(tokenizer, row["prompt"])
 
 
 def run_row(

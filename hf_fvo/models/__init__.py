@@ -2,6 +2,7 @@
 random Llama for examples and tests, and Markov (n-gram) LMs, the finite-state models under
 which exact Φ is a dynamic program."""
 
+from hf_fvo.models.chat import chat_prompt
 from hf_fvo.models.markov import MarkovConfig, MarkovLM
 from hf_fvo.models.smollm2 import (
     DefaultModelUnavailableError,
@@ -15,6 +16,7 @@ __all__ = [
     "DefaultModelUnavailableError",
     "MarkovConfig",
     "MarkovLM",
+    "chat_prompt",
     "default_model_dir",
     "load_default_model",
     "load_default_tokenizer",

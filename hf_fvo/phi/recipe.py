@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hf_fvo.grammar import Grammar, TokenVocabulary
+from hf_fvo.models.chat import chat_prompt
 from hf_fvo.phi.features import FEATURE_NAMES
 from hf_fvo.phi.labels import Label, markov_labels, rollout_labels, trie_labels
 
@@ -156,17 +157,6 @@ def without_iid(label: Label) -> Label:
         f[iid] = f[flat] = f[one]
         f[flag] = 0.0
     return {**label, "features": feats, "group": label["group"] + "/no-iid"}
-
-
-def chat_prompt(tokenizer: Any, text: str) -> tuple[int, ...]:
-    """The prompt's token ids: the chat template around ``text`` where the tokenizer has one."""
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                            add_generation_prompt=True,
-                                            return_dict=True)["input_ids"]  # fmt: skip
-    else:
-        ids = tokenizer(text)["input_ids"]
-    return tuple(int(i) for i in ids)
 
 
 def build_labels(
