@@ -19,6 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
 import torch
 
 from hf_fvo.grammar.errors import GrammarError, InvalidArgumentError, check_int
@@ -31,6 +32,29 @@ __all__ = ["Grammar", "GrammarMatcher", "State"]
 
 State = Hashable
 """A grammar state: an ``int`` for automata, an opaque immutable value for pushdown grammars."""
+
+
+# the bit patterns of −inf per float dtype, as unsigned integers of the same width (0.0 is 0)
+_NEG_INF_BITS: dict[torch.dtype, tuple[type, Any]] = {
+    torch.float32: (np.uint32, np.uint32(0xFF800000)),
+    torch.bfloat16: (np.uint16, np.uint16(0xFF80)),
+    torch.float16: (np.uint16, np.uint16(0xFC00)),
+}
+
+
+def bias_bits(dtype: torch.dtype) -> tuple[type, Any]:
+    """(unsigned integer type of ``dtype``'s width, −inf's bit pattern in it) for the dtypes
+    :meth:`Grammar.admissible_bias` supports.
+
+    Raises:
+        InvalidArgumentError: another dtype.
+    """
+    kind = _NEG_INF_BITS.get(dtype)
+    if kind is None:
+        raise InvalidArgumentError(
+            f"admissible_bias supports float32, bfloat16 and float16, not {dtype}"
+        )
+    return kind
 
 
 class Grammar(ABC):
@@ -435,6 +459,28 @@ class Grammar(ABC):
         (the last position admits only EOS), since their shortest completions are not counted."""
 
     # -- derived ------------------------------------------------------------------------------
+
+    def admissible_bias(
+        self, state: State, remaining: int | None, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
+        """:meth:`admissible` as an additive mask: 0.0 on A_t, −inf elsewhere, a CPU tensor of
+        ``dtype`` (float32, bfloat16 or float16). ``scores + bias`` masks a row in one pass,
+        without the float arithmetic of building it (the values are bit patterns).
+
+        Example:
+            >>> import torch
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> g = Grammar.from_choices(["yes", "no"], tok)
+            >>> bias = g.admissible_bias(g.initial_state, None)
+            >>> torch.equal(bias == 0, g.admissible(g.initial_state, None)), bias.min().item()
+            (True, -inf)
+        """
+        uint, neg_inf = bias_bits(dtype)
+        off = np.subtract(1, self.admissible(state, remaining).numpy().view(np.uint8), dtype=uint)
+        off *= neg_inf  # 1 → −inf's bits, 0 → 0.0's
+        return torch.from_numpy(off).view(dtype)
 
     @property
     def eos_token_id(self) -> int:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.grammar.base import Grammar
+from hf_fvo.grammar.base import Grammar, bias_bits
 from hf_fvo.grammar.cache import Memo, vocabulary_of
 from hf_fvo.grammar.errors import (
     EmptyLanguageError,
@@ -71,13 +71,14 @@ class PushdownState:
     different states.
     """
 
-    __slots__ = ("_accepting", "_bits", "_mask", "_matcher", "_owner", "_utf8")
+    __slots__ = ("_accepting", "_bits", "_mask", "_matcher", "_owner", "_utf8", "_words")
 
     def __init__(self, owner: PushdownGrammar, matcher: Any, utf8: int) -> None:
         self._owner = owner
         self._matcher = matcher  # never consumed after construction
         self._utf8 = utf8
-        self._bits: np.ndarray | None = None  # admissible set (0/1 bytes), computed on first use
+        self._words: np.ndarray | None = None  # admissible non-EOS ids, packed (uint32 words)
+        self._bits: np.ndarray | None = None  # the same, one 0/1 byte per id, on first use
         self._mask: torch.Tensor | None = None  # the same, unpacked (non-EOS ids < n)
         self._accepting: bool | None = None
 
@@ -128,6 +129,14 @@ class PushdownGrammar(Grammar):
         self._eos = vocab.eos_token_ids
         self._tokenizer = _llg_tokenizer(vocab)
         self._ok, self._utf8_next = _utf8_tables(vocab)
+        self._nwords = (self._n + 31) // 32
+        self._ok_words = np.zeros((len(self._ok), self._nwords), dtype=np.uint32)
+        for s, row in enumerate(self._ok):  # the UTF-8 filter packed like the parser's masks
+            packed = np.packbits(row, bitorder="little")
+            self._ok_words[s].view(np.uint8)[: len(packed)] = packed
+            for e in self._eos:  # EOS is the grammar's business, not the parser's
+                if e < self._n:
+                    self._ok_words[s, e >> 5] &= ~np.uint32(1 << (e & 31))
         root = llguidance.LLMatcher(
             self._tokenizer, self._definition, log_level=0, limits=_limits()
         )
@@ -197,7 +206,7 @@ class PushdownGrammar(Grammar):
             return self._terminal if self.is_accepting(state) else None
         if state is self._terminal or not 0 <= token < self._n:
             return None
-        if not self._bits(state)[token]:
+        if not (int(self._words(state)[token >> 5]) >> (token & 31)) & 1:
             return None
         matcher = state._matcher.deep_copy()
         if not matcher.consume_token(token):
@@ -223,19 +232,42 @@ class PushdownGrammar(Grammar):
         only_eos[list(self._eos)] = True
         return only_eos
 
+    def admissible_bias(
+        self, state: PushdownState, remaining: int | None, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
+        # straight from the parser's packed mask: one table lookup per byte of it
+        if state is self._terminal or (remaining is not None and remaining <= 1):
+            return super().admissible_bias(state, remaining, dtype)
+        self._check_state(state)
+        uint, neg_inf = bias_bits(dtype)
+        words = self._words(state)
+        bias = np.take(_bias_table(uint, neg_inf), words.view(np.uint8), axis=0).reshape(-1)
+        if len(bias) < self._vocab_size:  # ids past the parser's vocabulary: never admissible
+            bias = np.concatenate([bias, np.full(self._vocab_size - len(bias), neg_inf, uint)])
+        bias = bias[: self._vocab_size]
+        if self.is_accepting(state):
+            bias[list(self._eos)] = 0
+        return torch.from_numpy(bias).view(dtype)
+
     # -- internals ------------------------------------------------------------------------------
+
+    def _words(self, state: PushdownState) -> np.ndarray:
+        """The admissible non-EOS tokens at ``state``, packed as the parser writes them (bit
+        ``t & 31`` of word ``t >> 5``), UTF-8 filter applied; computed once per state."""
+        if state._words is None:
+            words = np.zeros(self._nwords, dtype=np.uint32)
+            state._matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+            words &= self._ok_words[state._utf8]
+            state._words = words
+        return state._words
 
     def _bits(self, state: PushdownState) -> np.ndarray:
         """The admissible non-EOS tokens at ``state``, one 0/1 byte per id < n (the bool
         tensor ``state._mask`` shares its memory)."""
         if state._bits is None:
-            words = np.zeros((self._n + 31) // 32, dtype=np.uint32)
-            state._matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
-            bits = np.unpackbits(words.view(np.uint8), count=self._n, bitorder="little")
-            bits &= self._ok[state._utf8]
-            bits[list(self._eos)] = 0
-            state._bits = bits
-            state._mask = torch.from_numpy(bits.view(np.bool_))
+            words = self._words(state)
+            state._bits = np.unpackbits(words.view(np.uint8), count=self._n, bitorder="little")
+            state._mask = torch.from_numpy(state._bits.view(np.bool_))
         return state._bits
 
     def _check_state(self, state: Any) -> None:
@@ -443,6 +475,13 @@ class _VocabularyWrapper:
 
     def __call__(self, text: bytes) -> list[int]:
         return [self._greedy[bytes([b])] for b in text if bytes([b]) in self._greedy]
+
+
+@functools.cache
+def _bias_table(uint: type, neg_inf: Any) -> np.ndarray:
+    """``table[b, i]``: bit i of byte b as a bias, 0 where set and −inf's bits where clear."""
+    byte, bit = np.arange(256)[:, None], np.arange(8)[None, :]
+    return np.where((byte >> bit) & 1, uint(0), neg_inf).astype(uint)
 
 
 # UTF-8 validity: state 0 is a character boundary; the others await continuation bytes.

@@ -184,3 +184,27 @@ def test_pushdown_processor_keeps_a_bounded_number_of_parser_snapshots(smol_toke
         assert torch.equal(
             torch.isfinite(proc(torch.tensor([ids[:end]]), torch.zeros(1, g.vocab_size))), mask
         )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_masking_keeps_the_scores_on_the_admissible_set_in_every_dtype(smol_tokenizer, dtype):
+    # masking adds a 0/−inf bias on a CPU (float32/16, bfloat16) and uses torch.where otherwise:
+    # either way the admissible scores pass bit for bit, the rest are −inf, and a NaN or +inf
+    # outside A_t never leaks into the output
+    g = Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}}, smol_tokenizer,
+                                 "", vocab_size=len(smol_tokenizer) + 8)  # fmt: skip
+    proc = GrammarLogitsProcessor(g, prompt_length=1, max_new_tokens=40)
+    prefix = smol_tokenizer.encode("[12,")
+    mask = g.admissible(g.walk(prefix), 40 - len(prefix))
+    scores = torch.randn(2, g.vocab_size + 3, generator=torch.Generator().manual_seed(0))
+    scores = scores.to(dtype)
+    outside = (~mask).nonzero().flatten()
+    scores[1, outside[:50]] = torch.nan
+    scores[1, outside[50:60]] = torch.inf
+    scores[1, -1] = torch.nan  # past the grammar's vocabulary
+    out = proc(torch.tensor([[1, *prefix]] * 2), scores.clone())
+    assert out.dtype == dtype
+    for row in range(2):
+        assert torch.equal(out[row, : g.vocab_size][mask], scores[row, : g.vocab_size][mask])
+        assert bool(torch.isneginf(out[row, : g.vocab_size][~mask]).all())
+        assert bool(torch.isneginf(out[row, g.vocab_size :]).all())

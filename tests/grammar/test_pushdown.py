@@ -13,7 +13,13 @@ import pytest
 import torch
 
 from hf_fvo import Grammar, TokenVocabulary
-from hf_fvo.grammar import GrammarError, GrammarMatcher, InvalidGrammarError, PushdownGrammar
+from hf_fvo.grammar import (
+    GrammarError,
+    GrammarMatcher,
+    InvalidArgumentError,
+    InvalidGrammarError,
+    PushdownGrammar,
+)
 from tests.grammar.cases import AC_BUG, CHOICES, EMAIL, NESTED_SCHEMA
 
 BFS_STATES = 120
@@ -191,3 +197,27 @@ def test_pushdown_grammar_pickles(smol_tokenizer):
     g = Grammar.from_lark('start: "x"+', smol_tokenizer)
     h = pickle.loads(pickle.dumps(g))
     assert h.is_accepting(h.walk(smol_tokenizer.encode("xxx")))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_admissible_bias_is_the_admissible_set_as_zero_and_minus_inf(smol_tokenizer, dtype):
+    # the pushdown backend builds it from the parser's packed words, the automaton from its mask;
+    # both must be A_t exactly, at every budget, over an id range wider than the tokenizer's
+    schema = REGULAR_SCHEMAS["enum_control_chars"]
+    width = len(smol_tokenizer) + 40
+    for backend in ("pushdown", "automaton"):
+        g = Grammar.from_json_schema(schema, smol_tokenizer, "", vocab_size=width, backend=backend)
+        state = g.initial_state
+        for token in [*smol_tokenizer.encode('{"a":-7,"b":"y\\n","c":[true]}'), g.eos_token_id]:
+            for remaining in (None, 3, 1, 0):
+                mask = g.admissible(state, remaining)
+                bias = g.admissible_bias(state, remaining, dtype)
+                assert bias.dtype == dtype and bias.shape == mask.shape
+                assert torch.equal(bias == 0, mask), (backend, remaining)
+                assert bool(torch.isneginf(bias[~mask]).all()), (backend, remaining)
+            state = g.next_state(state, token)
+        assert state == g.terminal_state
+        bias = g.admissible_bias(state, None, dtype)
+        assert torch.equal(bias == 0, g.allowed(state))  # only EOS after EOS
+    with pytest.raises(InvalidArgumentError, match="float64"):
+        g.admissible_bias(g.initial_state, None, torch.float64)
