@@ -50,8 +50,10 @@ default pushdown (llguidance) backend, and, in the rows marked "(automaton)", on
 automaton (both schemas are regular). outlines-core precomputes a mask per DFA state when it
 compiles; hf_fvo's pushdown backend, like the llguidance processor, asks the parser for each
 mask at run time, its automaton reads the mask from its transition table.
-hf_fvo's masking takes a fast path (the parser's mask unpacked once, the incoming scores kept on
-A_t in one pass; no log-softmax, no diagnostics over the row). On the pushdown backend, Masking
+hf_fvo's masking takes a fast path: the scores plus a bias that is 0.0 on A_t and −inf elsewhere,
+written as bit patterns (on the pushdown backend straight from the parser's packed mask, one
+table lookup per byte), added and checked for NaN/+inf in numpy; no log-softmax, no diagnostics
+over the row. On the pushdown backend, Masking
 + OneStep scores up to 32 candidates per position, and each needs its next state's mask from the
 parser: one call costs roughly as many mask computations as there are likely candidates; on the
 automaton it sums p_t once per distinct next state."""
