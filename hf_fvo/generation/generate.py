@@ -196,6 +196,8 @@ def generate(
             free = GrammarCandidateGenerator(processor, model_vocab_size(model) or
                                              grammar.vocab_size, stats=stats)  # fmt: skip
             free.max_length = kw["generation_config"].max_length
+            config = kw["generation_config"]
+            free.temperature = (config.temperature or 1.0) if config.do_sample else None
             return free
         return GrammarAwareCandidateGenerator(
             kw["input_ids"],

@@ -9,9 +9,14 @@ the Leviathan rule accepts it with probability μ̂_t(token) and otherwise resam
 without it: the verifier's law is unchanged (exact for any proposal), and a point mass on a
 probability-1 token is always accepted.
 
-:func:`grammar_run` computes such a run from a sequence's state;
-:class:`GrammarCandidateGenerator` is a Transformers ``CandidateGenerator`` that drafts only these
-runs (no draft model: one target forward verifies the run and samples the next branching token
+Where the verifier's estimator already knows its law without a forward — exact Φ's explored
+table holds μ*_t at every explored prefix (the exploration's own forwards times Φ) — the
+proposal is drawn from that law instead: the draft then equals the target up to float rounding,
+every token passes, and one target forward verifies a whole output.
+
+:func:`grammar_run` computes a run from a sequence's state, :func:`known_run` draws from a known
+law; :class:`GrammarCandidateGenerator` is a Transformers ``CandidateGenerator`` that drafts only
+these (no draft model: one target forward verifies the run and samples the next branching token
 itself). :class:`~hf_fvo.generation.GrammarAwareCandidateGenerator` interleaves them with a
 draft model's tokens.
 """
@@ -27,7 +32,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from hf_fvo.generation.processors import FVOLogitsProcessor
 from hf_fvo.grammar import InvalidArgumentError
 
-__all__ = ["GrammarCandidateGenerator", "grammar_run", "point_mass_logits"]
+__all__ = ["GrammarCandidateGenerator", "grammar_run", "known_run", "point_mass_logits"]
 
 # admissible sets larger than this are branching points (a prefix chain is never this long)
 _CHAIN_LIMIT = 32
@@ -111,6 +116,65 @@ def grammar_run(
     return run, keys
 
 
+def known_run(
+    processor: FVOLogitsProcessor,
+    row: list[int],
+    limit: int,
+    width: int,
+    temperature: float | None = 1.0,
+) -> tuple[list[int], torch.Tensor]:
+    """Up to ``limit`` tokens drawn from the law the verifier's estimator already knows
+    (:meth:`~hf_fvo.phi.PhiEstimator.known_law`: exact Φ's explored table holds μ*_t itself),
+    stopping after EOS or where it knows no law. At ``temperature`` T the draw is from
+    μ̂_t^{1/T} (the verifier's law at T when no other warper truncates it); ``None``: the argmax
+    (greedy verification). Returns the tokens and their draft logits (1 × len(tokens) ×
+    ``width``: the proposal's log-probabilities, −inf off each step's support). Empty for
+    estimators that know no law without a forward.
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.generation import FVOLogitsProcessor
+        >>> from hf_fvo.generation.grammar_draft import known_run
+        >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
+        >>> from hf_fvo.phi import ExactPhi
+        >>> tok = load_default_tokenizer()
+        >>> g = Grammar.from_choices(["yes", "no"], tok)
+        >>> phi = ExactPhi(g, tiny_random_llama(len(tok)), tol=0.0)
+        >>> proc = FVOLogitsProcessor(g, phi=phi, prompt_length=1)
+        >>> known_run(proc, [1], 8, g.vocab_size)[0]  # nothing explored yet: nothing known
+        []
+        >>> _ = phi.root_exploration((1,))
+        >>> run, logits = known_run(proc, [1], 8, g.vocab_size)
+        >>> run[-1] == g.eos_token_id and tok.decode(run[:-1]) in {"yes", "no"}
+        True
+    """
+    g = processor.grammar
+    prompt, generated = processor.split(row)
+    eos = set(g.eos_token_ids)
+    run: list[int] = []
+    laws: list[tuple[torch.Tensor, torch.Tensor]] = []
+    while len(run) < limit:
+        at = generated + tuple(run)
+        law = processor.estimator.known_law(prompt, at, processor.remaining(len(at)))
+        if law is None:
+            break
+        children, log_law = law
+        if temperature is None:
+            pick = torch.argmax(log_law)
+        else:
+            log_law = torch.log_softmax(log_law / temperature, 0)
+            pick = torch.multinomial(log_law.exp(), 1)
+        run.append(int(children[pick]))
+        laws.append((children, log_law))
+        if run[-1] in eos:
+            break
+    logits = torch.full((1, len(run), width), -torch.inf)
+    for i, (children, log_law) in enumerate(laws):
+        keep = children < width
+        logits[0, i, children[keep]] = log_law[keep].float()
+    return run, logits
+
+
 def point_mass_logits(tokens: list[int], width: int) -> torch.Tensor:
     """Draft logits (1 × len(tokens) × width) of point-mass proposals: 0 at each token, −inf
     elsewhere.
@@ -128,9 +192,10 @@ def point_mass_logits(tokens: list[int], width: int) -> torch.Tensor:
 class GrammarCandidateGenerator(CandidateGenerator):
     """Candidates from the grammar alone (no draft model), for Transformers' assisted decoding.
 
-    Each round proposes :func:`grammar_run` from the sequence's state as point masses; the
-    target's forward verifies them and samples the token after them (or, at a branching point,
-    just samples the next token, as plain decoding would).
+    Each round proposes :func:`known_run` where the verifier's estimator knows its law (exact
+    Φ's table), else :func:`grammar_run` from the sequence's state as point masses; the
+    target's forward verifies them and samples the token after them (or, at a branching point
+    with no known law, just samples the next token, as plain decoding would).
 
     Args:
         processor: The target's :class:`~hf_fvo.generation.FVOLogitsProcessor`.
@@ -165,6 +230,8 @@ class GrammarCandidateGenerator(CandidateGenerator):
         self.width = int(width)
         self.max_run = int(max_run)
         self.max_length: int | None = None
+        # the verifier's sampling temperature (None: greedy), for proposals from known laws
+        self.temperature: float | None = 1.0
         self.stats = stats if stats is not None else SpeculationStats()
         self._round: tuple[int, list[int], list[Key]] = (0, [], [])
 
@@ -175,7 +242,13 @@ class GrammarCandidateGenerator(CandidateGenerator):
         start = input_ids.shape[1]
         room = self.max_run if self.max_length is None else min(
             self.max_run, self.max_length - start - 1)  # fmt: skip
-        run, keys = grammar_run(proc, tuple(input_ids[0, proc.prompt_length :].tolist()), room)
+        row = input_ids[0].tolist()
+        run, logits = known_run(proc, row, room, self.width, self.temperature)
+        if run:  # the verifier's own law, where its estimator knows it (exact Φ's table)
+            keys: list[Key] = [None] * len(run)
+        else:
+            run, keys = grammar_run(proc, tuple(row[proc.prompt_length :]), room)
+            logits = point_mass_logits(run, self.width)
         self.stats.proposed.append(0)
         self.stats.free.append(len(run))
         self.stats.drafted.append(len(run))
@@ -183,7 +256,7 @@ class GrammarCandidateGenerator(CandidateGenerator):
         if not run:
             return input_ids, None
         ids = torch.tensor([run], dtype=input_ids.dtype, device=input_ids.device)
-        return torch.cat([input_ids, ids], dim=1), point_mass_logits(run, self.width)
+        return torch.cat([input_ids, ids], dim=1), logits.to(input_ids.device)
 
     def update_candidate_strategy(
         self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int

@@ -265,8 +265,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         out[:, vocab:] = -torch.inf  # ids the grammar does not know (a padded embedding)
         dead: Exception | None = None
         for r, row in enumerate(input_ids.tolist()):
-            prompt = tuple(row[self._pad(r, input_ids.shape[0]) : self.prompt_length])
-            generated = tuple(row[self.prompt_length :])
+            prompt, generated = self.split(row, r, input_ids.shape[0])
             try:
                 state = self.state_of(generated)
             except OutOfGrammarError:
@@ -336,6 +335,12 @@ class FVOLogitsProcessor(LogitsProcessor):
             return True
         kept.fill_(-torch.inf)  # nothing finite: the general path decides
         return False
+
+    def split(
+        self, row: Sequence[int], r: int = 0, rows: int = 1
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(prompt without its left padding, the grammar's tokens) of row ``r`` of ``rows``."""
+        return tuple(row[self._pad(r, rows) : self.prompt_length]), tuple(row[self.prompt_length :])
 
     def _given(self, width: int) -> int:
         """Grammar tokens that were part of the input (a continuation), not generated."""

@@ -28,6 +28,7 @@ from transformers.generation.candidate_generator import (
 from hf_fvo.generation.grammar_draft import (
     common_prefix,
     grammar_run,
+    known_run,
     learn_splits,
     point_mass_logits,
 )
@@ -184,6 +185,9 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
             for p in self.logits_processor
             if p is not target or self.draft_processor is not None
         )
+        # the verifier's sampling temperature (None: greedy), for proposals from known laws
+        sample = generation_config.do_sample
+        self.temperature = (generation_config.temperature or 1.0) if sample else None
         for name, value in _NEUTRAL_WARPERS.items():  # the target's are in the list already
             if hasattr(self.generation_config, name):
                 setattr(self.generation_config, name, value)
@@ -207,10 +211,29 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
             return [], []
         return grammar_run(target, tuple(ids[target.prompt_length :]), room)
 
+    def _known_run(self, ids: list[int]) -> tuple[list[int], torch.Tensor] | None:
+        """Tokens drawn from the law the verifier's estimator knows without a forward (exact
+        Φ's table, :func:`known_run`) and their draft logits; ``None`` where it knows none (or
+        runs are off). Such a proposal equals the target: the draft model would only be
+        slower."""
+        room = min(self.max_run, self.main_model_max_length - len(ids) - 1)
+        if not self.grammar_runs or room < 1:
+            return None
+        run, logits = known_run(self.target_processor, ids, room, self.width, self.temperature)
+        return (run, logits) if run else None
+
     def get_candidates(
         self, input_ids: torch.LongTensor, **kwargs: Any
     ) -> tuple[torch.LongTensor, torch.Tensor | None]:
         start = input_ids.shape[1]
+        known = self._known_run(input_ids[0].tolist())
+        if known is not None:  # the verifier's own law (exact Φ's table): no draft forward
+            run, logits = known
+            self.stats.proposed.append(0)
+            self.stats.free.append(len(run))
+            self.stats.drafted.append(len(run))
+            self._round = (start, run, len(run), 0, [None] * len(run))
+            return _extended(input_ids, run), logits.to(input_ids.device)
         head, head_keys = self._grammar_run(input_ids[0].tolist())
         base = _extended(input_ids, head)
         if head and head[-1] in self.target_processor.grammar.eos_token_ids:

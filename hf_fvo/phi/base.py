@@ -196,6 +196,15 @@ class PhiEstimator(ABC):
         """ε with (1 − ε)Φ ≤ Φ̂ ≤ (1 + ε)Φ on A_t where known (``None`` otherwise)."""
         return 0.0 if self.additive_error(ctx) == 0.0 else None
 
+    def known_law(
+        self, prompt: tuple[int, ...], generated: tuple[int, ...], remaining: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The sampling law μ̂_t at ``generated`` where this estimator knows it without a
+        forward — (candidate ids, normalised log-probabilities) — else ``None`` (the default:
+        μ̂_t needs the model's p_t). Exact Φ's explored table knows it; grammar drafts propose
+        from it (a draft equal to the target is accepted with probability 1)."""
+        return None
+
     def estimate(self, ctx: PhiContext) -> tuple[torch.Tensor, float]:
         """(log Φ̂, the share of A_t's mass whose Φ̂ was filled in rather than computed)."""
         return self.log_phi(ctx), 0.0

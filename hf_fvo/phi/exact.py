@@ -186,24 +186,48 @@ class ExactPhi(PhiEstimator):
             PhiContext(g.initial_state, (), logits, max_new_tokens, tuple(prompt))
         )
 
+    def known_law(
+        self, prompt: tuple[int, ...], generated: tuple[int, ...], remaining: int | None
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """μ*_t at an explored prefix, from the exploration's own forwards: (children, their
+        log-probabilities, normalised), or ``None`` where no exploration made so far covers
+        ``generated`` (nothing is explored here).
+
+        Example:
+            >>> import torch
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
+            >>> from hf_fvo.phi import ExactPhi
+            >>> tok = load_default_tokenizer()
+            >>> g = Grammar.from_choices(["yes", "no"], tok)
+            >>> phi = ExactPhi(g, tiny_random_llama(len(tok)), tol=0.0)
+            >>> phi.known_law((1,), (), None) is None  # nothing explored yet
+            True
+            >>> _ = phi.root_exploration((1,))
+            >>> children, log_law = phi.known_law((1,), (), None)
+            >>> len(children), round(float(log_law.exp().sum()), 9)
+            (5, 1.0)
+        """
+        exploration = self._covering(self._key(prompt, generated, remaining), generated)
+        if exploration is None:
+            return None
+        node = exploration.nodes[generated]
+        log_law = node.child_logp + node.log_phi_lo
+        return node.children, log_law - torch.logsumexp(log_law, 0)
+
     def exploration(self, ctx: PhiContext) -> TrieExploration:
         """The exploration covering ``ctx.generated`` (explored on first use, then cached)."""
         if not ctx.prompt:
             raise InvalidArgumentError(
                 "the exact estimator needs the prompt token ids (PhiContext.prompt)"
             )
-        budget = None if ctx.remaining is None else ctx.remaining + len(ctx.generated)
-        longest = self.grammar.max_tokens_to_accept(self.grammar.initial_state)
-        if budget is not None and longest is not None and budget > longest:
-            budget = None  # every member fits with its EOS: the budget never binds
-        key = (ctx.prompt, budget)
+        key = self._key(ctx.prompt, ctx.generated, ctx.remaining)
+        budget = key[1]
         if key in self._explorations:
             self._explorations.move_to_end(key)
-        for exploration in self._explorations.get(key, []):
-            node = exploration.nodes.get(ctx.generated)
-            # a node at the explored edge (every child unexplored) is explored afresh below it
-            if node is not None and bool(torch.isfinite(node.log_phi_lo).any()):
-                return exploration
+        exploration = self._covering(key, ctx.generated)
+        if exploration is not None:
+            return exploration
         root_budget = None if budget is None else ctx.remaining
         if root_budget is None and not self.grammar.is_finite:
             raise InfiniteLanguageError(
@@ -215,6 +239,26 @@ class ExactPhi(PhiEstimator):
         while len(self._explorations) > self.max_prompts:
             self._explorations.popitem(last=False)
         return exploration
+
+    def _key(
+        self, prompt: tuple[int, ...], generated: tuple[int, ...], remaining: int | None
+    ) -> tuple[tuple[int, ...], int | None]:
+        """(prompt, budget at the root) under which explorations are kept."""
+        budget = None if remaining is None else remaining + len(generated)
+        longest = self.grammar.max_tokens_to_accept(self.grammar.initial_state)
+        if budget is not None and longest is not None and budget > longest:
+            budget = None  # every member fits with its EOS: the budget never binds
+        return tuple(prompt), budget
+
+    def _covering(
+        self, key: tuple[tuple[int, ...], int | None], generated: tuple[int, ...]
+    ) -> TrieExploration | None:
+        for exploration in self._explorations.get(key, []):
+            node = exploration.nodes.get(generated)
+            # a node at the explored edge (every child unexplored) is explored afresh below it
+            if node is not None and bool(torch.isfinite(node.log_phi_lo).any()):
+                return exploration
+        return None
 
     def _explore(
         self, prompt: tuple[int, ...], root: tuple[int, ...], state: int, budget: int | None

@@ -91,15 +91,17 @@ def test_greedy_assisted_output_equals_plain_greedy(setting, sp_tokenizer, phi):
 def test_identical_draft_is_always_accepted_under_temperature(setting):
     """The draft reports the distribution it sampled, with the target's warpers applied once:
     with the target's own weights and Φ̂ every token passes (with warpers applied twice, as
-    Transformers does by default, temperature 0.5 becomes 0.25 and tokens get rejected)."""
+    Transformers does by default, temperature 0.5 becomes 0.25 and tokens get rejected).
+    OneStep reads each model's own logits, so the two laws are the same (under exact Φ the
+    table, not the draft model, would propose: see the table-draft tests below); the grammar's
+    point-mass runs are off, as they are accepted with probability μ̂_t(token) only."""
     target, _, grammar = setting[:3]
-    phi = ExactPhi(grammar, target, tol=0.0)
     _, stats = _spec(
-        target, target, grammar, phi, n=40, do_sample=True, temperature=0.5, top_k=0,
-        draft_phi="same", num_assistant_tokens=4,
+        target, target, grammar, "onestep", n=40, do_sample=True, temperature=0.5, top_k=0,
+        draft_phi="same", num_assistant_tokens=4, grammar_draft=False,
     )  # fmt: skip
     assert sum(sum(s.proposed) for s in stats) > 40
-    for s in stats:  # every candidate, the draft model's and the grammar's, is kept
+    for s in stats:  # every candidate is kept
         assert s.accepted == s.drafted == [p + f for p, f in zip(s.proposed, s.free, strict=True)]
 
 
@@ -189,18 +191,61 @@ def test_bad_speculative_input_is_refused(setting):
 
 def test_grammar_only_draft_draws_the_verifiers_law(setting):
     """No draft model: the grammar's point-mass proposals (some of them rejected: after "a" the
-    grammar spells "b" or "bc", and "bc" is proposed) leave the verifier's law unchanged."""
+    grammar spells "b" or "bc", and "bc" is proposed) leave the verifier's law unchanged (here
+    masking's, μ_proj: its estimator knows no law without a forward, so the proposals are the
+    grammar's runs)."""
+    target, _, grammar = setting[:3]
+    samples, stats = _spec(target, None, grammar, "uniform", n=N, do_sample=True, top_k=0,
+                           grammar_draft=True)  # fmt: skip
+    p95, _ = null_tv_percentiles(setting[4], N, seed=1)
+    _, p99_other = null_tv_percentiles(setting[3], N, seed=2)
+    assert empirical_tv(samples, setting[4]) <= p95
+    assert empirical_tv(samples, setting[3]) > p99_other
+    free = sum(sum(s.free) for s in stats)
+    assert sum(sum(s.proposed) for s in stats) == 0  # no draft model ran
+    assert 0 < sum(sum(s.accepted) for s in stats) < free  # proposals used, some rejected
+
+
+def test_exact_tables_draft_the_whole_output_and_keep_the_law(setting):
+    """With exact Φ the grammar-only drafts come from the explored table, which holds μ*_t
+    itself (the exploration's forwards times Φ): the verifier samples μ*, every proposal
+    passes (the proposal is the target up to float rounding between batched and incremental
+    forwards) and one target forward verifies a whole output (at most MAX_NEW + 1 tokens)."""
     target, _, grammar = setting[:3]
     phi = ExactPhi(grammar, target, tol=0.0)
-    samples, stats = _spec(target, None, grammar, phi, n=N, do_sample=True, top_k=0,
-                           grammar_draft=True)  # fmt: skip
+    phi.root_exploration(PROMPT)  # else the first call's first round has no table to draw from
+    samples, stats = _spec(target, None, grammar, phi, n=N, do_sample=True, top_k=0)
     p95, _ = null_tv_percentiles(setting[3], N, seed=1)
     _, p99_other = null_tv_percentiles(setting[4], N, seed=2)
     assert empirical_tv(samples, setting[3]) <= p95
     assert empirical_tv(samples, setting[4]) > p99_other
-    free = sum(sum(s.free) for s in stats)
-    assert sum(sum(s.proposed) for s in stats) == 0  # no draft model ran
-    assert 0 < sum(sum(s.accepted) for s in stats) < free  # proposals used, some rejected
+    assert all(s.proposed == [0] and s.free == s.accepted for s in stats)
+    assert all(s.emitted[0] == len(seq) for s, seq in zip(stats, samples, strict=True))
+
+
+def test_exact_tables_take_the_draft_models_place(setting):
+    """With a draft model too, the explored table proposes where it knows μ*_t: the draft model
+    never runs, every proposal passes, and the law stays μ*."""
+    target, draft, grammar = setting[:3]
+    phi = ExactPhi(grammar, target, tol=0.0)
+    phi.root_exploration(PROMPT)
+    samples, stats = _spec(target, draft, grammar, phi, n=1000, do_sample=True, top_k=0)
+    p95, _ = null_tv_percentiles(setting[3], 1000, seed=1)
+    _, p99_other = null_tv_percentiles(setting[4], 1000, seed=2)
+    assert empirical_tv(samples, setting[3]) <= p95
+    assert empirical_tv(samples, setting[4]) > p99_other
+    assert all(s.proposed == [0] and s.free == s.accepted for s in stats)
+
+
+def test_exact_table_drafts_follow_the_verifiers_temperature(setting):
+    """At temperature T the table proposes from μ*_t^{1/T}, the verifier's warped law: every
+    proposal still passes (a T = 1 proposal would be rejected where the laws differ)."""
+    target, _, grammar = setting[:3]
+    phi = ExactPhi(grammar, target, tol=0.0)
+    phi.root_exploration(PROMPT)
+    _, stats = _spec(target, None, grammar, phi, n=200, do_sample=True, top_k=0,
+                     temperature=0.5)  # fmt: skip
+    assert all(s.proposed == [0] and s.free == s.accepted for s in stats)
 
 
 def test_grammar_runs_do_not_change_greedy_output(setting, sp_tokenizer):
