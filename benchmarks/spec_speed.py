@@ -58,12 +58,14 @@ def main() -> None:
     ap.add_argument("--gamma", type=int, default=4, help="draft-model tokens per round")
     ap.add_argument("--exact", action="store_true", help="add exact Φ vs mask-only rows")
     ap.add_argument("--open", type=int, default=0, help="N development-set schemas instead")
+    ap.add_argument("--device", default="cpu", help="where the models run (e.g. cuda)")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     torch.set_grad_enabled(False)
     transformers.logging.set_verbosity_error()
-    tok, model = load_default_tokenizer(), load_default_model()
+    tok, model = load_default_tokenizer(), load_default_model().to(args.device)
     draft = copy.deepcopy(model).to(torch.bfloat16)
+    sync = torch.cuda.synchronize if model.device.type == "cuda" else (lambda: None)
     if args.open and args.exact:
         ap.error("--exact needs the finite schemas, not --open")
     if args.open:
@@ -98,8 +100,10 @@ def main() -> None:
     forward = model.forward
 
     def timed_forward(*a, **kw):
+        sync()  # on a GPU, time the forward's kernels, not their launch
         t0 = time.perf_counter()
         out = forward(*a, **kw)
+        sync()
         clock.append(time.perf_counter() - t0)
         return out
 
@@ -110,7 +114,7 @@ def main() -> None:
     t_all = time.perf_counter()
     for _ in range(args.reps):
         for k, (prompt, g) in grammars.items():
-            ids = torch.tensor([prompt])
+            ids = torch.tensor([prompt], device=model.device)
             for name, kw in configs.items():
                 kw = dict(kw)
                 phi = kw.pop("phi", "uniform")
@@ -121,6 +125,7 @@ def main() -> None:
                 out = hf_fvo.generate(model, ids, grammar=g, phi=phi, do_sample=True, top_k=0,
                                       max_new_tokens=args.max_new_tokens,
                                       return_dict_in_generate=True, **kw)  # fmt: skip
+                sync()
                 seconds[name] += time.perf_counter() - t0
                 forwards[name][0] += clock[0]
                 forwards[name][1] += sum(clock[1:])
@@ -137,18 +142,25 @@ def main() -> None:
     rate_after = {c: tokens[c] / (seconds[c] - forwards[c][0]) for c in configs}
     calls = args.reps * len(grammars)
     # one forward of a prompt alone, as every call starts with
-    prompts = [torch.tensor([p]) for p, _ in grammars.values()]
-    prefill = statistics.median(_timed(lambda x=x: model(x)) for x in prompts for _ in range(3))
+    prompts = [torch.tensor([p], device=model.device) for p, _ in grammars.values()]
+    prefill = statistics.median(_timed(lambda x=x: (model(x), sync())) for x in prompts
+                                for _ in range(3))  # fmt: skip
     section = SECTION + (" (with exact Φ)" if args.exact else "")
     section += " (open schemas)" if args.open else ""
     where = f"--open {args.open}" if args.open else f"--schemas {' '.join(args.schemas)}"
+    machine = f"{platform.machine()} CPU ({torch.get_num_threads()} threads)"
+    if model.device.type == "cuda":
+        section += f" ({torch.cuda.get_device_name()})"
+        where += f" --device {args.device}"
+        machine = (f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), "
+                   f"{platform.machine()} host")  # fmt: skip
     lines = [
         section,
         "",
         f"Command: `python benchmarks/spec_speed.py {where} --reps "
         f"{args.reps} --max-new-tokens {args.max_new_tokens} --gamma {args.gamma}"
-        f"{' --exact' if args.exact else ''} --write`. Machine: {platform.machine()} CPU "
-        f"({torch.get_num_threads()} threads), Python {platform.python_version()}, torch "
+        f"{' --exact' if args.exact else ''} --write`. Machine: {machine}, Python "
+        f"{platform.python_version()}, torch "
         f"{torch.__version__}, transformers {transformers.__version__}; "
         f"{time.strftime('%Y-%m-%d')}; {time.perf_counter() - t_all:.0f} s. Target "
         "SmolLM2-135M-Instruct float32, `do_sample=True, top_k=0`, `phi='uniform'` unless "
