@@ -194,13 +194,12 @@ class ExactPhi(PhiEstimator):
         ``generated`` (nothing is explored here).
 
         Example:
-            >>> import torch
             >>> from hf_fvo import Grammar
             >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
             >>> from hf_fvo.phi import ExactPhi
             >>> tok = load_default_tokenizer()
-            >>> g = Grammar.from_choices(["yes", "no"], tok)
-            >>> phi = ExactPhi(g, tiny_random_llama(len(tok)), tol=0.0)
+            >>> g, lm = Grammar.from_choices(["yes", "no"], tok), tiny_random_llama(len(tok))
+            >>> phi = ExactPhi(g, lm, tol=0.0)
             >>> phi.known_law((1,), (), None) is None  # nothing explored yet
             True
             >>> _ = phi.root_exploration((1,))
