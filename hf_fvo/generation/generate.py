@@ -16,7 +16,7 @@ import torch
 from transformers import GenerationMixin, LogitsProcessorList
 from transformers.generation.utils import GENERATION_MODES_MAPPING
 
-from hf_fvo.generation.grammar_draft import GrammarCandidateGenerator
+from hf_fvo.generation.grammar_draft import GrammarCandidateGenerator, verifier_temperature
 from hf_fvo.generation.processors import FVOLogitsProcessor, left_padding
 from hf_fvo.generation.speculative import (
     GrammarAwareCandidateGenerator,
@@ -196,8 +196,7 @@ def generate(
             free = GrammarCandidateGenerator(processor, model_vocab_size(model) or
                                              grammar.vocab_size, stats=stats)  # fmt: skip
             free.max_length = kw["generation_config"].max_length
-            config = kw["generation_config"]
-            free.temperature = (config.temperature or 1.0) if config.do_sample else None
+            free.temperature = verifier_temperature(kw["generation_config"])
             return free
         return GrammarAwareCandidateGenerator(
             kw["input_ids"],

@@ -32,7 +32,13 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from hf_fvo.generation.processors import FVOLogitsProcessor
 from hf_fvo.grammar import InvalidArgumentError
 
-__all__ = ["GrammarCandidateGenerator", "grammar_run", "known_run", "point_mass_logits"]
+__all__ = [
+    "GrammarCandidateGenerator",
+    "grammar_run",
+    "known_run",
+    "point_mass_logits",
+    "verifier_temperature",
+]
 
 # admissible sets larger than this are branching points (a prefix chain is never this long)
 _CHAIN_LIMIT = 32
@@ -173,6 +179,23 @@ def known_run(
         keep = children < width
         logits[0, i, children[keep]] = log_law[keep].float()
     return run, logits
+
+
+def verifier_temperature(generation_config: Any) -> float | None:
+    """The temperature the verifier samples at (``None``: greedy), for proposals from known
+    laws (:func:`known_run`).
+
+    Example:
+        >>> from transformers import GenerationConfig
+        >>> from hf_fvo.generation.grammar_draft import verifier_temperature
+        >>> verifier_temperature(GenerationConfig(do_sample=True, temperature=0.7))
+        0.7
+        >>> verifier_temperature(GenerationConfig(do_sample=False)) is None
+        True
+    """
+    if not generation_config.do_sample:
+        return None
+    return generation_config.temperature or 1.0
 
 
 def point_mass_logits(tokens: list[int], width: int) -> torch.Tensor:

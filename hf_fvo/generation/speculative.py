@@ -31,6 +31,7 @@ from hf_fvo.generation.grammar_draft import (
     known_run,
     learn_splits,
     point_mass_logits,
+    verifier_temperature,
 )
 from hf_fvo.generation.processors import FVOLogitsProcessor
 from hf_fvo.grammar import InvalidArgumentError, TokenizerError
@@ -185,9 +186,7 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
             for p in self.logits_processor
             if p is not target or self.draft_processor is not None
         )
-        # the verifier's sampling temperature (None: greedy), for proposals from known laws
-        sample = generation_config.do_sample
-        self.temperature = (generation_config.temperature or 1.0) if sample else None
+        self.temperature = verifier_temperature(generation_config)  # for known laws' proposals
         for name, value in _NEUTRAL_WARPERS.items():  # the target's are in the list already
             if hasattr(self.generation_config, name):
                 setattr(self.generation_config, name, value)
