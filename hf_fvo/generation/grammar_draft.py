@@ -42,6 +42,8 @@ __all__ = [
 
 # admissible sets larger than this are branching points (a prefix chain is never this long)
 _CHAIN_LIMIT = 32
+# most tokens proposed in one round from a known law (it is the target's: all of them pass)
+MAX_KNOWN_RUN = 256
 
 
 # (tokenizer fingerprint, the estimator's kind, the longest token of a prefix chain) → the token
@@ -263,10 +265,11 @@ class GrammarCandidateGenerator(CandidateGenerator):
     ) -> tuple[torch.LongTensor, torch.Tensor | None]:
         proc = self.processor
         start = input_ids.shape[1]
-        room = self.max_run if self.max_length is None else min(
-            self.max_run, self.max_length - start - 1)  # fmt: skip
+        left = MAX_KNOWN_RUN if self.max_length is None else self.max_length - start - 1
+        room = min(self.max_run, left)
         row = input_ids[0].tolist()
-        run, logits = known_run(proc, row, room, self.width, self.temperature)
+        # a known law's proposal always passes: propose as far as the budget goes
+        run, logits = known_run(proc, row, min(left, MAX_KNOWN_RUN), self.width, self.temperature)
         if run:  # the verifier's own law, where its estimator knows it (exact Φ's table)
             keys: list[Key] = [None] * len(run)
         else:

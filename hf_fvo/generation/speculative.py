@@ -26,6 +26,7 @@ from transformers.generation.candidate_generator import (
 )
 
 from hf_fvo.generation.grammar_draft import (
+    MAX_KNOWN_RUN,
     common_prefix,
     grammar_run,
     known_run,
@@ -215,7 +216,7 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
         Φ's table, :func:`known_run`) and their draft logits; ``None`` where it knows none (or
         runs are off). Such a proposal equals the target: the draft model would only be
         slower."""
-        room = min(self.max_run, self.main_model_max_length - len(ids) - 1)
+        room = min(MAX_KNOWN_RUN, self.main_model_max_length - len(ids) - 1)  # all of it passes
         if not self.grammar_runs or room < 1:
             return None
         run, logits = known_run(self.target_processor, ids, room, self.width, self.temperature)
