@@ -17,6 +17,9 @@ For each admissible candidate y at a position (grammar state s, tokens left r, m
  9    log p_t(A_t)
 10    log Φ_iid at temperature 2 (the surrogate draws from p_t^{1/2}, renormalised): how much
       Φ_iid depends on the surrogate being sharp (the value of feature 7 on pushdown grammars)
+11    log p_t(admissible tokens whose bytes strictly extend y's) − log p_t(y): a split the
+      tokenizer would have merged (``"EN"`` where ``"ENABLED"`` is admissible) is one the model
+      rarely continues; computed where A_t holds at most 4,096 tokens
 ====  ===========================================================================================
 
 EOS is not a candidate here: Φ(EOS) = 1 at accepting states, whatever an estimator says.
@@ -25,6 +28,7 @@ Log-values are clipped at ``LOG_FLOOR`` so that no feature is infinite.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -47,6 +51,7 @@ FEATURE_NAMES = (
     "iid_available",
     "log_p_admissible",
     "log_phi_iid_flat",
+    "log_extensions",
 )
 LOG_FLOOR = -40.0
 IID_HORIZON = 64  # horizon of Φ_iid when no budget binds
@@ -144,8 +149,43 @@ def candidate_features(
         feats[:, 8] = 1.0
         feats[:, 10] = iid_flat[at].log()
     feats[:, 9] = log_adm
+    feats[:, 11] = _log_extensions(grammar, logp, ids, tokens)
     feats = feats.nan_to_num(nan=LOG_FLOOR, neginf=LOG_FLOOR).clamp_min(LOG_FLOOR)
     return CandidateFeatures(tokens, feats.float(), rest, eos, logp, mask)
+
+
+EXTENSION_LIMIT = 4096  # feature 11 is computed where A_t holds at most this many tokens
+
+
+def _log_extensions(
+    grammar: Grammar, logp: torch.Tensor, ids: torch.Tensor, tokens: torch.Tensor
+) -> torch.Tensor:
+    """Feature 11 per candidate: log of the p_t mass of the admissible tokens whose bytes
+    strictly extend the candidate's, minus its own log p_t; LOG_FLOOR where there are none or
+    A_t (``ids``) is larger than EXTENSION_LIMIT. Sorted by bytes, a token's extensions follow
+    it contiguously."""
+    out = torch.full((len(tokens),), LOG_FLOOR, dtype=torch.float64)
+    vocab = grammar.vocabulary
+    if vocab is None or len(ids) > EXTENSION_LIMIT:
+        return out
+    tb = vocab.token_bytes
+    adm = [i for i in ids.tolist() if i < len(tb) and tb[i]]
+    adm.sort(key=lambda i: tb[i])
+    keys = [tb[i] for i in adm]
+    p = logp[adm].exp() if adm else logp[:0]
+    cum = torch.cat([torch.zeros(1, dtype=torch.float64), torch.cumsum(p, 0)])
+    for k, y in enumerate(tokens.tolist()):
+        b = tb[y] if y < len(tb) else None
+        if not b:
+            continue
+        lo = bisect.bisect_right(keys, b)  # strictly after b itself
+        hi = lo
+        while hi < len(keys) and keys[hi].startswith(b):
+            hi += 1
+        mass = float(cum[hi] - cum[lo])
+        if mass > 0:
+            out[k] = math.log(mass) - float(logp[y])
+    return out
 
 
 def _automaton_candidates(

@@ -239,7 +239,7 @@ def labels_dataset(labels: Iterable[Label]) -> Any:
 
     Example:
         >>> from hf_fvo.phi.labels import labels_dataset
-        >>> ds = labels_dataset([{"source": "markov", "group": "g", "features": [[0.0] * 11],
+        >>> ds = labels_dataset([{"source": "markov", "group": "g", "features": [[0.0] * 12],
         ...                       "log_p": [-1.0], "log_phi": [-0.5], "half_width": [0.0],
         ...                       "log_p_eos": -2.0, "weight": 1.0}])
         >>> ds.num_rows, ds.column_names[:2]

@@ -52,7 +52,7 @@ def step_tv(model: PhiModel | None, dataset: Any) -> np.ndarray:
     Example:
         >>> from hf_fvo.phi.labels import labels_dataset
         >>> from hf_fvo.phi.training import step_tv
-        >>> ds = labels_dataset([{"source": "s", "group": "g", "features": [[0.0] * 11] * 2,
+        >>> ds = labels_dataset([{"source": "s", "group": "g", "features": [[0.0] * 12] * 2,
         ...                       "log_p": [-1.0, -1.0], "log_phi": [0.0, -30.0],
         ...                       "half_width": [0.0, 0.0], "log_p_eos": -1e30, "weight": 1.0}])
         >>> round(float(step_tv(None, ds)[0]), 6)  # masking splits 1/2–1/2, μ* puts all on one
@@ -95,7 +95,7 @@ def train_phi_model(
     Example:
         >>> from hf_fvo.phi.labels import labels_dataset
         >>> from hf_fvo.phi.training import step_tv, train_phi_model
-        >>> rows = [{"source": "s", "group": "g", "features": [[1.0] * 11, [0.0] * 11],
+        >>> rows = [{"source": "s", "group": "g", "features": [[1.0] * 12, [0.0] * 12],
         ...          "log_p": [-1.0, -1.0], "log_phi": [0.0, -30.0], "half_width": [0, 0],
         ...          "log_p_eos": -1e30, "weight": 1.0}]
         >>> model = train_phi_model(labels_dataset(rows), epochs=200, lr=0.05)

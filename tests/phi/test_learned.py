@@ -31,6 +31,9 @@ def random_weights(seed: int = 0, **config) -> PhiModel:
     with torch.no_grad():
         for p in net.parameters():
             p.normal_()
+        # inputs of order 1, as training's standardisation makes them (log-features reach
+        # LOG_FLOOR = −40, which would saturate a random network into a constant)
+        net.scale.fill_(40.0)
     return net
 
 
@@ -122,6 +125,28 @@ def test_phi_iid_is_exact_phi_when_the_lm_is_context_free():
         true = exact.log_phi(ctx)[f.tokens].float()
         assert torch.allclose(f.features[:, FEATURE_NAMES.index("log_phi_iid")], true, atol=1e-5)
         state, generated = g.next_state(state, tok), (*generated, tok)
+
+
+@pytest.mark.parametrize("backend", ["automaton", "pushdown"])
+def test_extension_feature_marks_splits_the_tokenizer_would_merge(backend):
+    # with equal logits, feature 11 is log(#admissible tokens strictly extending the candidate's
+    # bytes), LOG_FLOOR where none does: "EN" is extended by the longer admissible tokens
+    from hf_fvo.models import load_default_tokenizer
+    from hf_fvo.phi.features import LOG_FLOOR
+
+    tok = load_default_tokenizer()
+    g = Grammar.from_json_schema({"enum": ["ENABLED", "DISABLED"]}, tok, whitespace="",
+                                 backend=backend)  # fmt: skip
+    state = g.walk(tok.encode('"'))
+    f = candidate_features(g, PhiContext(state, (), torch.zeros(g.vocab_size), 12),
+                           coverage=1.0, max_candidates=1000)  # fmt: skip
+    texts = {int(t): g.vocabulary.token_bytes[int(t)] for t in g.admissible(state, 11).nonzero()}
+    column = f.features[:, FEATURE_NAMES.index("log_extensions")]
+    assert len(f.tokens) == len([t for t in texts if t not in g.eos_token_ids])
+    for y, value in zip(f.tokens.tolist(), column.tolist(), strict=True):
+        longer = sum(1 for t, b in texts.items() if b and b != texts[y] and b.startswith(texts[y]))
+        assert value == pytest.approx(math.log(longer) if longer else LOG_FLOOR, abs=1e-5), y
+    assert (column > LOG_FLOOR).any() and (column == LOG_FLOOR).any()
 
 
 def test_pushdown_grammars_score_the_mass_and_report_the_rest():
