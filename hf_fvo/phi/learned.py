@@ -33,6 +33,7 @@ __all__ = ["DEFAULT_WEIGHTS", "LearnedPhi", "PhiModel", "model_fingerprint"]
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-instruct"
 MARKOV_FAMILY = "markov-lm"  # fingerprint of every hf_fvo MarkovLM (trained across random ones)
 
+_CARD_TITLE = "# Learned future-validity estimator (hf_fvo)"
 _CARD = """---
 {{ card_data }}
 ---
@@ -190,6 +191,9 @@ class PhiModel(
         """Write ``model.safetensors``, ``config.json`` and ``README.md`` (the model card) to
         ``save_directory``; ``push_to_hub=True, repo_id=...`` uploads them too."""
         kwargs.setdefault("config", self.config)
+        old = Path(save_directory) / "README.md"
+        if old.is_file() and _CARD_TITLE in old.read_text(encoding="utf-8"):
+            old.unlink()  # our card for earlier weights (huggingface_hub keeps an existing one)
         card = dict(base_model_name=self.base_model or "unspecified",
                     base_models=", ".join(self.base_models) or "any",
                     tokenizers=", ".join(self.tokenizers) or "any",

@@ -57,6 +57,15 @@ def test_save_and_load_round_trip_bit_for_bit(tmp_path):
     assert "Base model: m" in card and "positions" in card and "library_name: hf-fvo" in card
 
 
+def test_retrained_weights_rewrite_their_model_card_but_not_a_users(tmp_path):
+    random_weights(training={"positions": 5}).save_pretrained(tmp_path)
+    random_weights(training={"positions": 7}).save_pretrained(tmp_path)
+    assert "positions: 7" in (tmp_path / "README.md").read_text()
+    (tmp_path / "README.md").write_text("my own card")
+    random_weights(training={"positions": 9}).save_pretrained(tmp_path)
+    assert (tmp_path / "README.md").read_text() == "my own card"
+
+
 def test_only_safetensors_are_loaded(tmp_path):
     net = random_weights()
     net.save_pretrained(tmp_path)
