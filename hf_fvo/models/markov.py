@@ -188,6 +188,8 @@ class MarkovLM(PreTrainedModel, GenerationMixin):
         **kwargs: Any,
     ) -> CausalLMOutputWithPast:
         new = input_ids.shape[1]
+        if past_key_values is None:  # transformers ≥ 5.24 passes the cache as `cache`
+            past_key_values = kwargs.pop("cache", None)
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache()
         if past_key_values is not None:

@@ -37,6 +37,31 @@ def test_cached_decoding_matches_a_full_forward(lm):
     assert torch.allclose(step.logits, lm(ids).logits[:, 3:])
 
 
+def test_the_cache_is_read_under_either_keyword(lm):
+    # transformers 5.24 passes the cache to forward() as `cache`; earlier 5.x as
+    # `past_key_values`. Dropping either would make every cached step see one token of history.
+    ids = torch.tensor([[4, 0, 1, 2, 2, 0]])
+    full = lm(ids).logits[:, 3:]
+    for name in ("cache", "past_key_values"):
+        out = lm(ids[:, :3], use_cache=True)
+        cache = out["cache"] if "cache" in out else out["past_key_values"]
+        step = lm(ids[:, 3:], use_cache=True, **{name: cache})
+        assert torch.allclose(step.logits, full), name
+
+
+def test_generate_scores_are_the_table_rows_of_the_whole_history(lm):
+    torch.manual_seed(3)
+    out = lm.generate(torch.tensor([[4]] * 3), max_new_tokens=6, do_sample=True, top_k=0,
+                      output_logits=True, return_dict_in_generate=True)  # fmt: skip
+    table = lm.transition_table()
+    for b, row in enumerate(out.sequences.tolist()):
+        for t, logits in enumerate(out.logits):
+            if 3 in row[1 : t + 1]:
+                break
+            assert torch.allclose(logits[b].exp().double(), table[lm.context_of(row[: t + 1])],
+                                  atol=1e-12)  # fmt: skip
+
+
 def test_left_padding_keeps_the_context_of_real_tokens(lm):
     ids = torch.tensor([[3, 3, 4, 0, 1], [4, 2, 4, 0, 1]])
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
