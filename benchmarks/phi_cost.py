@@ -21,6 +21,7 @@ import transformers
 from hf_fvo import Grammar
 from hf_fvo.generation import GrammarLogitsProcessor
 from hf_fvo.models import load_default_model, load_default_tokenizer
+from hf_fvo.models.cache import cache_argument, output_cache
 from hf_fvo.phi import ExactPhi, LearnedPhi, OneStepPhi, PhiContext, PrefixLM, UniformPhi
 
 FREE = {  # a schema with a free-text string: states with ~48k admissible tokens
@@ -69,13 +70,13 @@ def main() -> None:
     prompt = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                      return_dict=True)["input_ids"]  # fmt: skip
     ctx_ids = torch.cat([prompt, prompt[:, :12]], dim=1)
-    past = model(ctx_ids[:, :-1], use_cache=True).past_key_values
+    past = output_cache(model(ctx_ids[:, :-1], use_cache=True))
 
     def one_forward():
         cache = type(past)()
         for i, layer in enumerate(past.layers):
             cache.update(layer.keys, layer.values, i)
-        model(ctx_ids[:, -1:], past_key_values=cache, use_cache=True)
+        model(ctx_ids[:, -1:], use_cache=True, **cache_argument(model, cache))
 
     forward = statistics.median(_timed(one_forward, args.repeats))
     print(f"machine: {platform.machine()} CPU, torch {torch.__version__}, "

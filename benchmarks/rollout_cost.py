@@ -27,6 +27,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hf_fvo import Grammar
 from hf_fvo.grammar import TokenVocabulary
+from hf_fvo.models.cache import cache_argument, output_cache
 from hf_fvo.phi import PhiContext, RolloutPhi, UniformPhi
 
 SCHEMA = {
@@ -93,7 +94,7 @@ def main() -> None:
         out = model(input_ids=ids[:, :-1], use_cache=True)
         _sync(device)
         t0 = time.perf_counter()
-        model(input_ids=ids[:, -1:], past_key_values=out.past_key_values, use_cache=True)
+        model(input_ids=ids[:, -1:], use_cache=True, **cache_argument(model, output_cache(out)))
         _sync(device)
         steps.append(time.perf_counter() - t0)
     forward = statistics.median(steps[5:])

@@ -290,7 +290,8 @@ def _why_not_assisted(model: Any, config: Any, model_kwargs: dict) -> str | None
         return "use_cache=False"
     if static in ("static", "hybrid", "sliding_window"):
         return f"cache_implementation={static!r}"
-    if type(model_kwargs.get("past_key_values")).__name__ == "StaticCache":
+    given = model_kwargs.get("cache", model_kwargs.get("past_key_values"))  # 5.24 renamed it
+    if type(given).__name__ == "StaticCache":
         return "a StaticCache"
     return None
 

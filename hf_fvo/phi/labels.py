@@ -177,11 +177,13 @@ def rollout_labels(
     candidates: int = 4,
     every: int = 4,
     seed: int = 0,
+    masked: bool = True,
     group: str = "rollout",
 ) -> list[Label]:
     """Monte-Carlo Φ labels (any grammar): along ``samples`` masked samples, every ``every``-th
     position gets :class:`~hf_fvo.phi.RolloutPhi` estimates (``k`` rollouts for the top
-    ``candidates``) with their Hoeffding half-widths; candidates not rolled out are left out.
+    ``candidates``; importance-weighted rollouts from the masked model unless ``masked=False``)
+    with their Hoeffding half-widths; candidates not rolled out are left out.
 
     Example:
         >>> from hf_fvo import Grammar
@@ -197,7 +199,7 @@ def rollout_labels(
     import hf_fvo
     from hf_fvo.phi.rollout import RolloutPhi, hoeffding_half_width
 
-    est = RolloutPhi(grammar, model, k=k, candidates=candidates, seed=seed)
+    est = RolloutPhi(grammar, model, k=k, candidates=candidates, seed=seed, masked=masked)
     torch.manual_seed(seed)
     ids = torch.tensor([prompt])
     out: list[Label] = []

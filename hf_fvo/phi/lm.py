@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.models.cache import cache_argument, output_cache
 
 __all__ = ["PrefixLM"]
 
@@ -110,7 +111,7 @@ class PrefixLM:
     def _prompt_state(self, prompt: Prefix) -> tuple[Any, torch.Tensor]:
         if self._prompt is None or self._prompt[0] != prompt:
             out = self.model(input_ids=torch.tensor([prompt], device=self.device), use_cache=True)
-            cache = getattr(out, "past_key_values", None)
+            cache = output_cache(out)
             if not _is_plain_cache(cache):
                 cache = None
             # a copy, not a view that would keep the whole prompt's logits alive
@@ -196,8 +197,8 @@ class PrefixLM:
             input_ids=ids.to(self.device),
             attention_mask=mask.to(self.device),
             position_ids=positions.to(self.device),
-            past_key_values=cache,
             use_cache=True,
+            **cache_argument(self.model, cache),
         ).logits
 
     def _store(self, prefix: Prefix, cache: Any, row: int, position: int) -> None:

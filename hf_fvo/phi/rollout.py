@@ -5,6 +5,13 @@ inside the grammar (EOS at an accepting state) within the token budget and the h
 rollout that leaves the grammar stops at once as a failure. Hoeffding: |Φ̂(y) − Φ(y)| ≤
 sqrt(ln(2m/α)/(2k)) for all m rolled-out candidates at once with probability ≥ 1 − α.
 
+``masked=True`` (importance-weighted rollouts): each rollout is sampled from the grammar-masked
+model instead and weighted by W = ∏_s p_s(A_s), the admissible mass at every step it took (0 if
+it cannot end within the budget). W = p(path)/q(path) on the paths q samples, so E[W] = Φ(y);
+W lies in [0, 1], so the same Hoeffding bound holds, and W² ≤ W gives Var W ≤ Φ(1 − Φ), the
+variance of one unconstrained rollout: never worse, and far better where unconstrained rollouts
+almost never stay inside the grammar (long JSON).
+
 All candidates × k rollouts advance as one batch per step over the prefix's key/value cache,
 computed once and expanded (never recomputed); finished rows leave the batch. Rollouts run on the
 model's device, and under ``accelerate launch`` each process runs its share of the rows and the
@@ -63,6 +70,8 @@ class RolloutPhi(OneStepPhi):
         seed: Base seed.
         resample: Fresh rollouts at every call (default); ``False``: one estimate per prefix,
             seeded by (seed, prompt, prefix).
+        masked: Importance-weighted rollouts from the grammar-masked model (see above) instead
+            of unconstrained ones.
 
     Example:
         >>> import torch
@@ -93,6 +102,7 @@ class RolloutPhi(OneStepPhi):
         alpha: float = 0.05,
         seed: int = 0,
         resample: bool = True,
+        masked: bool = False,
     ) -> None:
         super().__init__(grammar, model)
         for name, value in (("k", k), ("candidates", candidates), ("horizon", horizon)):
@@ -103,6 +113,7 @@ class RolloutPhi(OneStepPhi):
             raise InvalidArgumentError(f"alpha must lie in (0, 1), got {alpha}")
         self.k, self.candidates, self.horizon = k, candidates, horizon
         self.alpha, self.seed, self.resample = float(alpha), int(seed), bool(resample)
+        self.masked = bool(masked)
         self.calls = 0
         self.reports: dict[tuple[int, ...], RolloutReport] = {}  # by prefix, last few kept
         self.forwards = 0  # total batched model calls, for cost accounting
@@ -131,11 +142,11 @@ class RolloutPhi(OneStepPhi):
         starts = [(int(y), g.next_state(ctx.state, int(y))) for y in chosen]
         successes, forwards, tokens = rollout_successes(
             self.model, g, (*ctx.prompt, *ctx.generated), starts, self.k, steps,
-            seed=self._next_seed(ctx),
+            seed=self._next_seed(ctx), masked=self.masked,
         )  # fmt: skip
         self.forwards += forwards
         self.rollout_tokens += tokens
-        frac = successes.double() / self.k
+        frac = successes / self.k
         half = hoeffding_half_width(self.k, self.alpha, len(chosen))
         onestep_chosen = out[chosen].clone()
         out[chosen] = torch.where(frac > 0, frac.log(), torch.full_like(frac, -math.inf))
@@ -275,14 +286,16 @@ def rollout_successes(
     max_steps: int,
     *,
     seed: int = 0,
+    masked: bool = False,
 ) -> tuple[torch.Tensor, int, int]:
-    """For each (token y, grammar state after y), how many of k rollouts from prefix·y end inside
-    the grammar within ``max_steps`` further tokens (EOS counted).
+    """For each (token y, grammar state after y), the summed outcome of k rollouts from prefix·y
+    within ``max_steps`` further tokens (EOS counted): how many end inside the grammar, or with
+    ``masked=True`` the sum of their importance weights ∏ p_s(A_s) (rollouts from the masked
+    model). Either way the sum ÷ k estimates Φ(y) without bias, from outcomes in [0, 1].
 
-    Returns (successes per start (int64), model calls: the prefix once plus one batched call per
-    rollout step, rows × steps computed). Under
-    ``accelerate launch`` each process runs rows ``i ≡ rank (mod world size)`` and the counts
-    are summed over processes.
+    Returns (the sums per start (float64), model calls: the prefix once plus one batched call
+    per rollout step, rows × steps computed). Under ``accelerate launch`` each process runs rows
+    ``i ≡ rank (mod world size)`` and the sums are added over processes.
 
     Example:
         >>> from hf_fvo import Grammar
@@ -293,42 +306,59 @@ def rollout_successes(
         >>> lm = MarkovLM.from_table([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
         >>> wins, calls, _ = rollout_successes(lm, g, (2,), [(0, g.walk([0]))], k=4, max_steps=2)
         >>> wins.tolist()  # "(" then the model surely writes ")" and EOS
-        [4]
+        [4.0]
     """
     from accelerate import PartialState
+
+    from hf_fvo.models.cache import cache_argument, output_cache
 
     state = PartialState()
     device = next(model.parameters()).device
     rows = [i for i in range(len(starts) * k) if i % state.num_processes == state.process_index]
-    wins = torch.zeros(len(starts), dtype=torch.long)
+    wins = torch.zeros(len(starts), dtype=torch.float64)
     calls = tokens = 0
     if rows and max_steps > 0:
         owner = torch.tensor([i // k for i in rows])
         gen = torch.Generator(device=device).manual_seed(seed + 7919 * state.process_index)
         out = model(input_ids=torch.tensor([prefix], device=device), use_cache=True)
         calls += 1  # the prefix once; its cache is then expanded to every rollout row
-        cache = out.past_key_values
+        cache = output_cache(out)
         cache.batch_repeat_interleave(len(rows))
         ids = torch.tensor([[starts[int(o)][0]] for o in owner], device=device)
         states = [starts[int(o)][1] for o in owner]
+        log_w = torch.zeros(len(rows), dtype=torch.float64)  # masked: log ∏ p_s(A_s) so far
         alive = torch.arange(len(rows))
         length = len(prefix) + 1
         eos = set(grammar.eos_token_ids)
-        for _ in range(max_steps):
+        width = grammar.vocab_size
+        for step in range(max_steps):
             mask = torch.ones(len(alive), length, dtype=torch.long, device=device)
-            logits = model(input_ids=ids, attention_mask=mask, past_key_values=cache,
-                           use_cache=True).logits[:, -1]  # fmt: skip
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=True,
+                           **cache_argument(model, cache)).logits[:, -1]  # fmt: skip
             calls += 1
             tokens += len(alive)
-            probs = torch.softmax(logits.double(), dim=-1)
+            if masked:
+                left = max_steps - step  # tokens left, EOS counted
+                n = min(width, logits.shape[-1])
+                bias = torch.stack([grammar.admissible_bias(s, left)[:n] for s in states])
+                logp = torch.log_softmax(logits.double(), dim=-1).cpu()[:, :n] + bias
+                log_z = torch.logsumexp(logp, dim=-1)
+                log_w += log_z
+                dead = ~torch.isfinite(log_z)  # nothing admissible: weight 0, any draw
+                probs = torch.where(dead[:, None], 1.0, (logp - log_z[:, None]).exp())
+                probs = probs.nan_to_num(0.0).to(device)
+            else:
+                probs = torch.softmax(logits.double(), dim=-1)
             drawn = torch.multinomial(probs, 1, generator=gen).flatten().cpu().tolist()
             keep = []
             for r, (tok, s) in enumerate(zip(drawn, states, strict=True)):
+                if masked and not math.isfinite(float(log_w[r])):
+                    continue  # nothing admissible: weight 0
                 if tok in eos:
                     if grammar.is_accepting(s):
-                        wins[owner[alive[r]]] += 1
+                        wins[owner[alive[r]]] += math.exp(float(log_w[r]))
                     continue
-                nxt = grammar.next_state(s, tok) if tok < grammar.vocab_size else None
+                nxt = grammar.next_state(s, tok) if tok < width else None
                 if nxt is not None:
                     states[r] = nxt
                     keep.append(r)
@@ -336,7 +366,7 @@ def rollout_successes(
                 break
             if len(keep) < len(alive):
                 cache.batch_select_indices(torch.tensor(keep, device=device))
-            alive = alive[keep]
+            alive, log_w = alive[keep], log_w[keep]
             states = [states[r] for r in keep]
             ids = torch.tensor([[drawn[r]] for r in keep], device=device)
             length += 1

@@ -28,6 +28,13 @@ class TestRollout(EstimatorConformance):
         return RolloutPhi(grammar, model, k=64, seed=1)
 
 
+class TestMaskedRollout(EstimatorConformance):
+    varies = "somewhere"
+
+    def make(self, grammar, model):
+        return RolloutPhi(grammar, model, k=16, seed=1, masked=True)
+
+
 class TestGated(EstimatorConformance):
     varies = "somewhere"
 
@@ -59,10 +66,11 @@ def _positions(g, lm, budget):
     return out
 
 
-def test_rollouts_lie_in_their_hoeffding_band_at_1_minus_alpha_of_steps(dyck):
+@pytest.mark.parametrize("masked", [False, True])
+def test_rollouts_lie_in_their_hoeffding_band_at_1_minus_alpha_of_steps(dyck, masked):
     g, lm, exact = dyck
     alpha = 0.1
-    est = RolloutPhi(g, lm, k=32, alpha=alpha, seed=3)
+    est = RolloutPhi(g, lm, k=32, alpha=alpha, seed=3, masked=masked)
     inside = total = 0
     for ctx in _positions(g, lm, 11):
         step = est.step(ctx)
@@ -77,15 +85,30 @@ def test_rollouts_lie_in_their_hoeffding_band_at_1_minus_alpha_of_steps(dyck):
     assert inside / total >= 1 - alpha
 
 
-def test_rollout_estimates_converge_to_exact_phi(dyck):
+@pytest.mark.parametrize("masked", [False, True])
+def test_rollout_estimates_converge_to_exact_phi(dyck, masked):
     # with k = 4096 the Hoeffding half-width at α = 1e-6 is 0.043: a loose bias would show
     g, lm, exact = dyck
-    est = RolloutPhi(g, lm, k=4096, alpha=1e-6, seed=0)
+    est = RolloutPhi(g, lm, k=4096, alpha=1e-6, seed=0, masked=masked)
     for ctx in _positions(g, lm, 11)[:6]:
         step = est.step(ctx)
         finite = torch.isfinite(exact.log_phi(ctx))
         gap = (step.log_phi.exp() - exact.log_phi(ctx).exp())[finite].abs().max()
         assert float(gap) <= step.diagnostics.delta
+
+
+def test_masked_rollout_weight_is_the_probability_of_a_forced_completion():
+    # D_{1,2} after "(": the grammar forces ")" then EOS, so every masked rollout takes that
+    # path with weight p(")" | "(")·p(EOS | ")") = Φ("(") exactly; unconstrained rollouts can
+    # only say 0 or 1 each
+    g = Grammar.dyck(1, 2, BRACKETS)
+    lm = MarkovLM.random(4, seed=11, bos_token_id=BOS, eos_token_id=2)
+    ctx = PhiContext(g.initial_state, (), lm.log_probs[BOS], 3, (BOS,))
+    truth = MarkovExactPhi(g, lm).log_phi(ctx)
+    one = RolloutPhi(g, lm, k=1, masked=True).log_phi(ctx)
+    assert torch.allclose(one[0], truth[0], rtol=0, atol=1e-12)
+    assert float(truth[0].exp()) < 0.9
+    assert RolloutPhi(g, lm, k=1).log_phi(ctx)[0].exp().item() in (0.0, 1.0)
 
 
 def test_frozen_estimates_are_a_pure_function_of_the_prefix(dyck):
