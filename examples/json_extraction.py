@@ -1,5 +1,6 @@
 """JSON extraction with the embedded SmolLM2: a schema with free-text and enum fields, sampled
-with learned Φ̂-reweighting (free text makes the language infinite; the budget is counted).
+under the default estimator (masking). Free text makes the language infinite, where the shipped
+learned-Φ weights (trained on finite languages) would be masking too, with a warning.
 
 Run: python examples/json_extraction.py [--max-new-tokens 40] [--samples 3]
 """
@@ -37,7 +38,7 @@ def main() -> None:
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
                                   return_dict=True)["input_ids"]  # fmt: skip
     torch.manual_seed(0)
-    out = hf_fvo.generate(model, ids.expand(args.samples, -1), grammar=g, phi="learned",
+    out = hf_fvo.generate(model, ids.expand(args.samples, -1), grammar=g,
                           max_new_tokens=args.max_new_tokens, do_sample=True, top_k=0)  # fmt: skip
     for row in out[:, ids.shape[1] :]:
         text = tok.decode(row, skip_special_tokens=True)

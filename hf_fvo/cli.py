@@ -345,7 +345,7 @@ def train_phi(args: argparse.Namespace) -> int:
                 "seed": args.seed, "command": "hf-fvo " + " ".join(args.argv)}  # fmt: skip
     model_phi = train_phi_model(
         ds, epochs=args.epochs, seed=args.seed, base_model=base, base_models=base_models,
-        tokenizers=tokenizers, training=training,
+        tokenizers=tokenizers, training=training, domain="any" if open_schemas else "finite",
         progress=lambda e, loss: print(f"epoch {e + 1}/{args.epochs}: loss {loss:.5f}",
                                        flush=True),
     )  # fmt: skip

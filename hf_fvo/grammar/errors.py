@@ -22,6 +22,7 @@ __all__ = [
     "InvalidRegexError",
     "NonFiniteScoresError",
     "OutOfGrammarError",
+    "OutsideTrainingWarning",
     "TokenizerError",
     "UnsupportedSchemaError",
     "WeightsMismatchError",
@@ -70,6 +71,11 @@ class TokenizerError(GrammarError):
 class WeightsMismatchError(GrammarError):
     """Learned-Φ weights were trained for another base model or tokenizer than the one given,
     or the weights folder is not a learned-Φ checkpoint."""
+
+
+class OutsideTrainingWarning(UserWarning):
+    """Learned-Φ weights were given a grammar outside the kind they were trained on (an infinite
+    language for weights trained on finite ones); the estimator falls back to masking there."""
 
 
 class OutOfGrammarError(GrammarError):

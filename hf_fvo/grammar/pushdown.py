@@ -112,13 +112,16 @@ class PushdownGrammar(Grammar):
         vocab_size: int,
         source: str,
         notes: Sequence[str] = (),
+        finite: bool | None = None,
     ) -> None:
-        """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors."""
+        """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors.
+        ``finite=True`` states that the language is finite (shown from its JSON schema)."""
         self._definition = definition
         self._vocab = self._vocabulary = vocab
         self._vocab_size = int(vocab_size)
         self._source = source
         self._notes = tuple(notes)
+        self._finite = True if finite else None
         self._setup()
 
     def _setup(self) -> None:
@@ -183,7 +186,8 @@ class PushdownGrammar(Grammar):
 
     @property
     def is_finite(self) -> bool | None:
-        return None
+        # True where compile_json_schema showed it from the schema; else not known
+        return self._finite
 
     @property
     def tokenizer_fingerprint(self) -> str:
@@ -281,6 +285,7 @@ class PushdownGrammar(Grammar):
             "vocab_size": self._vocab_size,
             "source": self._source,
             "notes": self._notes,
+            "finite": self._finite,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -289,6 +294,7 @@ class PushdownGrammar(Grammar):
         self._vocab_size = state["vocab_size"]
         self._source = state["source"]
         self._notes = state["notes"]
+        self._finite = state.get("finite")
         self._setup()
 
     def __repr__(self) -> str:
@@ -308,7 +314,7 @@ def compile_json_schema(
     eos_token_id: int | Sequence[int] | None = None,
 ) -> PushdownGrammar:
     """A JSON schema as a pushdown grammar (see :meth:`Grammar.from_json_schema`)."""
-    from hf_fvo.grammar.json_schema import prepare_json_schema
+    from hf_fvo.grammar.json_schema import has_finite_language, prepare_json_schema
     from hf_fvo.grammar.sources import check_whitespace
 
     check_whitespace(whitespace)
@@ -330,9 +336,11 @@ def compile_json_schema(
     notes = [
         f"{ptr}: {what} is not a JSON Schema format; ignored" for ptr, what in prepared.ignored
     ]
+    # finitely many values and bounded whitespace ("[ ]?" or none): finitely many token strings
+    finite = whitespace in (None, "") and has_finite_language(body)
     return _compiled(
         ("json_schema", text), f"{_OPTIONS}start: %json {text}", tokenizer, vocab_size,
-        eos_token_id, source, notes,
+        eos_token_id, source, notes, finite,
     )  # fmt: skip
 
 
@@ -400,6 +408,7 @@ def _compiled(
     eos_token_id: int | Sequence[int] | None,
     source: str,
     notes: Sequence[str] = (),
+    finite: bool = False,
 ) -> PushdownGrammar:
     from hf_fvo.grammar.compile import resolve_vocab_size
 
@@ -407,7 +416,7 @@ def _compiled(
     size = resolve_vocab_size(vocab, vocab_size)
     return _CACHE.get_or_build(
         (*key, vocab.fingerprint, size),
-        lambda: PushdownGrammar(definition, vocab, size, source, notes),
+        lambda: PushdownGrammar(definition, vocab, size, source, notes, finite),
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,18 @@ import torch
 from huggingface_hub import ModelHubMixin, hf_hub_download
 
 from hf_fvo.grammar import Grammar
-from hf_fvo.grammar.errors import InvalidArgumentError, WeightsMismatchError
-from hf_fvo.phi.base import PhiContext, PhiEstimator, no_dead_row
+from hf_fvo.grammar.errors import (
+    InvalidArgumentError,
+    OutsideTrainingWarning,
+    WeightsMismatchError,
+)
+from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 from hf_fvo.phi.features import FEATURE_NAMES, candidate_features
 
 __all__ = ["DEFAULT_WEIGHTS", "LearnedPhi", "PhiModel", "model_fingerprint"]
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-instruct"
+DOMAINS = ("finite", "any")  # the grammars a checkpoint's labels came from
 MARKOV_FAMILY = "markov-lm"  # fingerprint of every hf_fvo MarkovLM (trained across random ones)
 
 _CARD_TITLE = "# Learned future-validity estimator (hf_fvo)"
@@ -47,6 +53,7 @@ sampling of μ* = p(x)·1[x∈L]/Z with [hf_fvo](https://pypi.org/project/hf-fvo
 - Base model: {{ base_model_name }}
 - Base model fingerprints: {{ base_models }}
 - Tokenizer fingerprints: {{ tokenizers }}
+- Grammars it was trained on: {{ domain }}
 - Features: {{ features }}
 
 ## Training data
@@ -97,6 +104,9 @@ class PhiModel(
         tokenizers: Grammar tokenizer fingerprints it may be used with (empty: any).
         training: Description of the training data (JSON-serialisable).
         metrics: Measured quality (JSON-serialisable).
+        domain: The grammars the labels came from: ``"finite"`` (finite languages only; on
+            any other grammar :class:`LearnedPhi` falls back to masking) or ``"any"`` (labels
+            from infinite languages too, e.g. rollouts on open schemas).
 
     Example:
         >>> import tempfile, torch
@@ -120,8 +130,11 @@ class PhiModel(
         tokenizers: list[str] | None = None,
         training: dict | None = None,
         metrics: dict | None = None,
+        domain: str = "finite",
     ) -> None:
         super().__init__()
+        if domain not in DOMAINS:
+            raise InvalidArgumentError(f"domain must be one of {DOMAINS}, got {domain!r}")
         if list(feature_names) != list(FEATURE_NAMES):
             raise WeightsMismatchError(
                 f"these weights read the features {list(feature_names)}, but this hf_fvo computes "
@@ -135,6 +148,7 @@ class PhiModel(
         self.tokenizers = list(tokenizers or [])
         self.training_data = dict(training or {})
         self.metrics = dict(metrics or {})
+        self.domain = domain
         self.register_buffer("mean", torch.zeros(d))
         self.register_buffer("scale", torch.ones(d))
         self.linear = torch.nn.Linear(d, 1)
@@ -155,7 +169,7 @@ class PhiModel(
         return {"hidden": self.hidden, "feature_names": self.feature_names,
                 "base_model": self.base_model, "base_models": self.base_models,
                 "tokenizers": self.tokenizers, "training": self.training_data,
-                "metrics": self.metrics}  # fmt: skip
+                "metrics": self.metrics, "domain": self.domain}  # fmt: skip
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         """log Φ̂ per row of ``features`` (shape (..., len(FEATURE_NAMES)))."""
@@ -198,6 +212,8 @@ class PhiModel(
                     base_models=", ".join(self.base_models) or "any",
                     tokenizers=", ".join(self.tokenizers) or "any",
                     features=", ".join(self.feature_names),
+                    domain=("finite languages only (elsewhere the estimator falls back to "
+                            "masking)" if self.domain == "finite" else "finite and infinite"),
                     training=_as_list(self.training_data),
                     metrics=_as_list(self.metrics))  # fmt: skip
         kwargs.setdefault("model_card_kwargs", card)
@@ -240,6 +256,12 @@ class LearnedPhi(PhiEstimator):
     features; EOS keeps Φ = 1. On pushdown grammars the candidates carrying ``coverage`` of
     A_t's mass are scored (at most ``max_candidates``), the rest get their p_t-weighted mean,
     reported as ``unscored`` in the diagnostics, as with OneStep.
+
+    Weights trained on finite languages only (``PhiModel.domain == "finite"``, the shipped ones)
+    are not used on a grammar whose language is not known to be finite: there the estimator is
+    masking (Φ̂ ≡ 1, every candidate reported ``unscored``) and an
+    :class:`~hf_fvo.OutsideTrainingWarning` says so once, at construction. (Measured: on open
+    real schemas such weights drove most outputs to the token cap; docs/benchmarks.md.)
 
     Args:
         grammar: The compiled grammar (either backend).
@@ -286,6 +308,16 @@ class LearnedPhi(PhiEstimator):
         self.weights = weights.eval()
         self.coverage, self.max_candidates = coverage, max_candidates
         self._unscored = 0.0
+        self.in_domain = weights.domain == "any" or grammar.is_finite is True
+        if not self.in_domain:
+            warnings.warn(
+                f"these learned-Φ weights were trained on finite languages only and "
+                f"{grammar.source} is not known to be finite: phi='learned' is masking "
+                "(Φ̂ ≡ 1) on it; train weights with open-schema labels (`hf-fvo train-phi "
+                "--open N`) to learn Φ there",
+                OutsideTrainingWarning,
+                stacklevel=2,
+            )
 
     def estimate(self, ctx: PhiContext) -> tuple[torch.Tensor, float]:
         out = self.log_phi(ctx)
@@ -293,6 +325,10 @@ class LearnedPhi(PhiEstimator):
 
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         g = self.grammar
+        if not self.in_domain:
+            self._unscored = 1.0
+            mask = admissible_mask(g, ctx.state, ctx.remaining)
+            return torch.where(mask, 0.0, -torch.inf).double()
         f = candidate_features(g, ctx, coverage=self.coverage, max_candidates=self.max_candidates)
         mask = f.mask
         out = torch.full((g.vocab_size,), -torch.inf, dtype=torch.float64)

@@ -8,6 +8,8 @@ admitted Arabic-Indic digits or rejected valid offsets) are among them.
 from __future__ import annotations
 
 import json
+import pickle
+from pathlib import Path
 
 import pytest
 
@@ -303,3 +305,84 @@ def test_contradictory_bounds_name_the_keywords(smol_tokenizer):
     schema = {"type": "array", "minItems": 3, "maxItems": 1}
     with pytest.raises(EmptyLanguageError, match=r"minItems \(3\) is greater than maxItems"):
         Grammar.from_json_schema(schema, smol_tokenizer)
+
+
+FINITE = [
+    {"enum": ["a", "b"]},
+    {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "null"}}},
+    {"type": "integer", "minimum": -3, "exclusiveMaximum": 7},
+    {"type": "array", "items": {"enum": [1, 2]}, "maxItems": 3},
+    {"anyOf": [{"const": 1}, {"type": "boolean"}]},
+    {"allOf": [{"type": "string"}, {"enum": ["x", "y"]}]},
+    {"$defs": {"lvl": {"enum": ["lo", "hi"]}}, "type": "object",
+     "properties": {"a": {"$ref": "#/$defs/lvl"}, "b": {"$ref": "#/$defs/lvl"}}},
+]  # fmt: skip
+OPEN = [
+    {"type": "string", "maxLength": 3},
+    {"type": "number", "minimum": 0, "maximum": 1},
+    {"type": "integer", "minimum": 0},
+    {"type": "array", "items": {"type": "boolean"}},
+    {"type": "object", "properties": {"a": {"enum": [1]}}, "additionalProperties": True},
+    {"anyOf": [{"const": 1}, {"type": "string"}]},
+    {"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "maxItems": 2,
+                                                               "items": {"$ref": "#/$defs/t"}}}}},
+     "$ref": "#/$defs/t"},  # recursion: finite depth is not shown
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("schema", "finite"), [(s, True) for s in FINITE] + [(s, False) for s in OPEN]
+)
+def test_finite_languages_are_recognised_from_the_schema(smol_tokenizer, schema, finite):
+    # a finite claim must hold: the token automaton of the same schema has no cycle
+    from hf_fvo.grammar.json_schema import has_finite_language, prepare_json_schema
+
+    assert has_finite_language(prepare_json_schema(schema).schema) is finite
+    pushdown = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    assert pushdown.is_finite is (True if finite else None)
+    if finite:
+        assert _dies_out(pushdown), schema
+        # whitespace that may repeat makes it infinite again: no claim then
+        assert Grammar.from_json_schema(schema, smol_tokenizer, whitespace="[ ]*").is_finite is None
+        assert pickle.loads(pickle.dumps(pushdown)).is_finite is True
+
+
+def test_finite_claims_on_real_schemas_agree_with_the_token_automaton(smol_tokenizer):
+    # schemas nobody here wrote: every one claimed finite compiles to an acyclic automaton
+    from hf_fvo.grammar.json_schema import has_finite_language, prepare_json_schema
+    from hf_fvo.phi.recipe import enum_schemas
+
+    data = Path(__file__).resolve().parents[1] / "data"
+    rows = [json.loads(line) for line in (data / "jsonschemabench_slice.jsonl").open()]
+    rows += [{"name": r["file"], "schema": r["schema"]}
+             for r in map(json.loads, (data / "maskbench_slice.jsonl").open())]  # fmt: skip
+    claimed = [r["schema"] for r in rows
+               if has_finite_language(prepare_json_schema(r["schema"]).schema)]  # fmt: skip
+    claimed += [schema for _, schema, _ in enum_schemas(rows, 6)]
+    checked = 0
+    for schema in claimed:
+        try:  # an acyclic token automaton proves it (allOf is not lowered there)
+            g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", backend="automaton")
+        except UnsupportedSchemaError:
+            continue
+        assert g.is_finite is True, schema
+        checked += 1
+    assert checked >= 6
+
+
+def _dies_out(g: Grammar, max_states: int = 20_000) -> bool:
+    """Whether every token path of ``g`` ends: a breadth-first walk over its token paths that
+    runs out of non-EOS moves within ``max_states`` visits (a proof that the language is finite;
+    small languages only, as every tokenization is a path)."""
+    frontier, seen = [g.initial_state], 0
+    while frontier:
+        nxt = []
+        for state in frontier:
+            seen += 1
+            if seen > max_states:
+                return False
+            for tok in g.allowed(state).nonzero().flatten().tolist():
+                if tok not in g.eos_token_ids:
+                    nxt.append(g.next_state(state, tok))
+        frontier = nxt
+    return True
