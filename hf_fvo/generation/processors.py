@@ -33,7 +33,6 @@ from hf_fvo.phi import (
     PhiContext,
     PhiDiagnostics,
     PhiEstimator,
-    UniformPhi,
     make_estimator,
 )
 
@@ -132,7 +131,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         self._states: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self._steps: OrderedDict[tuple[int, ...], PhiDiagnostics] = OrderedDict()
         self._rows = 1  # the widest batch seen (bounds the pushdown state cache from below)
-        self._masking = type(self.estimator) is UniformPhi
+        self._masking = self.estimator.is_masking
         self._warned_budget = False
 
     def for_model(self, phi: str | PhiEstimator, model: Any) -> FVOLogitsProcessor:

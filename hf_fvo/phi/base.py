@@ -188,6 +188,12 @@ class PhiEstimator(ABC):
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         """log Φ̂_t over the vocabulary (float64, −inf off the admissible set)."""
 
+    @property
+    def is_masking(self) -> bool:
+        """Whether Φ̂ ≡ 1 on A_t at every position (plain masking, μ_proj): the processor then
+        takes masking's fast path, whose draws equal :class:`UniformPhi`'s bit for bit."""
+        return False
+
     def additive_error(self, ctx: PhiContext) -> float | None:
         """sup |Φ̂ − Φ| over A_t where known (``None`` when the estimator has no bound)."""
         return None

@@ -242,7 +242,8 @@ class PhiModel(
                                    revision=revision, cache_dir=cache_dir,
                                    force_download=force_download, token=token,
                                    local_files_only=local_files_only)  # fmt: skip
-        model = cls(**model_kwargs)
+        with torch.random.fork_rng(devices=[]):  # the layers' random init is overwritten:
+            model = cls(**model_kwargs)  # loading must not move the caller's random stream
         load_model(model, str(path), strict=True)
         return model.eval()
 
@@ -259,7 +260,7 @@ class LearnedPhi(PhiEstimator):
 
     Weights trained on finite languages only (``PhiModel.domain == "finite"``, the shipped ones)
     are not used on a grammar whose language is not known to be finite: there the estimator is
-    masking (Φ̂ ≡ 1, every candidate reported ``unscored``) and an
+    masking (Φ̂ ≡ 1, :attr:`is_masking`; its samples equal ``phi="uniform"``'s) and an
     :class:`~hf_fvo.OutsideTrainingWarning` says so once, at construction. (Measured: on open
     real schemas such weights drove most outputs to the token cap; docs/benchmarks.md.)
 
@@ -323,10 +324,14 @@ class LearnedPhi(PhiEstimator):
         out = self.log_phi(ctx)
         return out, self._unscored
 
+    @property
+    def is_masking(self) -> bool:
+        return not self.in_domain
+
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         g = self.grammar
         if not self.in_domain:
-            self._unscored = 1.0
+            self._unscored = 0.0
             mask = admissible_mask(g, ctx.state, ctx.remaining)
             return torch.where(mask, 0.0, -torch.inf).double()
         f = candidate_features(g, ctx, coverage=self.coverage, max_candidates=self.max_candidates)

@@ -25,6 +25,10 @@ class UniformPhi(PhiEstimator):
 
     name = "uniform"
 
+    @property
+    def is_masking(self) -> bool:
+        return True
+
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         mask = admissible_mask(self.grammar, ctx.state, ctx.remaining)
         out = torch.full(mask.shape, -torch.inf, dtype=torch.float64)

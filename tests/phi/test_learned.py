@@ -185,7 +185,7 @@ def test_pushdown_grammars_score_the_mass_and_report_the_rest():
     assert (f.features[:, FEATURE_NAMES.index("iid_available")] == 0).all()
 
 
-def test_weights_trained_on_finite_languages_mask_open_grammars_and_say_so():
+def test_weights_trained_on_finite_languages_mask_open_grammars_and_say_so(tmp_path):
     # the shipped weights' labels come from finite languages; on open schemas they drove most
     # outputs to the token cap (docs/benchmarks.md), so there the estimator is masking
     from hf_fvo.models import load_default_tokenizer
@@ -200,8 +200,24 @@ def test_weights_trained_on_finite_languages_mask_open_grammars_and_say_so():
     logits = torch.randn(open_g.vocab_size, generator=torch.Generator().manual_seed(1))
     ctx = PhiContext(state, (), logits, 30)
     step = est.step(ctx)
-    assert torch.equal(step.log_phi, UniformPhi(open_g).log_phi(ctx))
-    assert step.diagnostics.unscored == 1.0
+    assert est.is_masking and torch.equal(step.log_phi, UniformPhi(open_g).log_phi(ctx))
+    assert step.diagnostics == UniformPhi(open_g).step(ctx).diagnostics
+    # so sampling is masking's: seeded alike, the same draws as phi="uniform" bit for bit
+    # (loading the weights must not consume the random stream either)
+    import hf_fvo
+    from hf_fvo.models import tiny_random_llama
+
+    random_weights().save_pretrained(tmp_path)
+    model = tiny_random_llama(open_g.vocab_size)
+    draws = []
+    for make in (lambda: "uniform", lambda: LearnedPhi.from_pretrained(tmp_path, open_g)):
+        torch.manual_seed(4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OutsideTrainingWarning)
+            phi = make()
+        draws.append(hf_fvo.generate(model, torch.tensor([[1, 2]] * 8), grammar=open_g, phi=phi,
+                                     max_new_tokens=48, do_sample=True, top_k=0))  # fmt: skip
+    assert torch.equal(*draws)
     # the same weights told they cover any grammar score it (and differ from masking)
     anywhere = LearnedPhi(open_g, weights=random_weights(domain="any")).log_phi(ctx)
     assert not torch.equal(anywhere, step.log_phi)
