@@ -9,6 +9,11 @@ estimator's sampling law cannot be compared with μ* exactly. Two samplers give 
   consistently (the bias is O(1/n)); :attr:`WeightedSample.ess` says how many independent draws
   they are worth. q(x) is read from the very scores the draw was sampled from (Transformers'
   ``output_scores``), so it is exact for any estimator, random ones (rollouts) included.
+- **Several proposals pooled** (:func:`mixture_sample`): draws of every proposal weighted by
+  p(x) over the proposals' average q̄(x) = Σ_j n_j q_j(x)/N (multiple importance sampling,
+  balance heuristic), each q_j(x) recomputed by teacher forcing. Consistent whichever proposals
+  are pooled, and a proposal that collapses on a small part of the language, whose own weights
+  are then all alike (a high ESS that says nothing), cannot dominate the pooled law.
 - **Rejection sampling** (:func:`rejection_sample`): draw from the unconstrained model and keep
   the members. The kept draws are exact μ* draws; their number is what acceptance allows.
 
@@ -41,7 +46,14 @@ import torch
 from hf_fvo.grammar import Grammar
 from hf_fvo.grammar.errors import InvalidArgumentError, check_int
 
-__all__ = ["RejectionSample", "WeightedSample", "importance_sample", "rejection_sample"]
+__all__ = [
+    "RejectionSample",
+    "WeightedSample",
+    "importance_sample",
+    "mixture_sample",
+    "rejection_sample",
+    "sequence_log_probs",
+]
 
 
 @dataclass(frozen=True)
@@ -184,6 +196,104 @@ def importance_sample(
             sequences.append(seq)
             log_weights.append(log_w)
     return WeightedSample(tuple(sequences), tuple(log_weights))
+
+
+def sequence_log_probs(
+    model: Any,
+    input_ids: Any,
+    grammar: Grammar,
+    sequences: Any,
+    proposals: Any,
+    *,
+    max_new_tokens: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """log p(x) under the model and log q_j(x) under each proposal's sampling law (that of
+    ``hf_fvo.generate(phi=proposal)`` at temperature 1 without truncation, within the budget)
+    for each sequence of generated ids, by teacher forcing: one forward per sequence, then the
+    proposal's logits processor step by step.
+
+    Returns:
+        ``(log_p, log_q)`` of shapes (n,) and (n, len(proposals)); −inf where a proposal
+        cannot produce the sequence.
+
+    Example:
+        >>> import torch
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.eval.reference import sequence_log_probs
+        >>> from hf_fvo.models import tiny_random_llama
+        >>> g = Grammar.from_transitions({0: {3: 1, 4: 1}, 1: {}}, [1], vocab_size=8,
+        ...                              eos_token_id=2)
+        >>> model = tiny_random_llama(8, eos_token_id=2)
+        >>> log_p, log_q = sequence_log_probs(model, torch.tensor([[1]]), g, [(3, 2), (4, 2)],
+        ...                                   ["uniform"], max_new_tokens=3)
+        >>> round(float(torch.tensor(log_q[:, 0]).exp().sum()), 6)  # masking's law sums to 1
+        1.0
+    """
+    from hf_fvo.generation.processors import FVOLogitsProcessor
+
+    ids, _, _, budget = _checked(input_ids, 1, 1, max_new_tokens, 0)
+    width = ids.shape[1]
+    device = next(model.parameters()).device
+    procs = [FVOLogitsProcessor(grammar, phi, model, prompt_length=width, max_new_tokens=budget)
+             for phi in proposals]  # fmt: skip
+    log_p = np.zeros(len(sequences))
+    log_q = np.zeros((len(sequences), len(procs)))
+    for i, seq in enumerate(sequences):
+        seq = [int(t) for t in seq]
+        if not seq or len(seq) > budget:
+            raise InvalidArgumentError(
+                f"sequence {i} has {len(seq)} tokens; the budget is {budget}"
+            )
+        full = torch.cat([ids, torch.tensor([seq], dtype=ids.dtype)], 1).to(device)
+        with torch.no_grad():
+            logits = model(full).logits[0, width - 1 : width - 1 + len(seq)].float().cpu()
+        target = torch.tensor(seq)
+        log_p[i] = float(
+            torch.log_softmax(logits.double(), -1)[torch.arange(len(seq)), target].sum()
+        )
+        for j, proc in enumerate(procs):
+            total = 0.0
+            for t, tok in enumerate(seq):
+                scores = proc(full[:, : width + t].cpu(), logits[t : t + 1].clone())
+                total += float(torch.log_softmax(scores[0].double(), -1)[tok])
+                if total == -math.inf:
+                    break
+            log_q[i, j] = total
+    return log_p, log_q
+
+
+def mixture_sample(samples: Any, log_p: Any, log_q: Any) -> WeightedSample:
+    """Draws of several proposals pooled into one μ* estimate (multiple importance sampling,
+    balance heuristic): draw x of proposal k weighs p(x) / Σ_j (n_j/N) q_j(x).
+
+    Args:
+        samples: One :class:`WeightedSample` per proposal (their draws; a draw with weight −inf,
+            outside the language, keeps weight 0).
+        log_p: log p(x) for the concatenated draws (:func:`sequence_log_probs`).
+        log_q: log q_j(x), shape (draws, proposals), the proposals in the order of ``samples``.
+
+    Example:
+        >>> import math
+        >>> from hf_fvo.eval.reference import WeightedSample, mixture_sample
+        >>> a = WeightedSample(((3, 2),), (0.0,))  # proposal a drew (3, 2); b drew (4, 2)
+        >>> b = WeightedSample(((4, 2),), (0.0,))
+        >>> log_p = [math.log(0.3), math.log(0.1)]
+        >>> log_q = [[math.log(0.5), math.log(1e-9)], [math.log(0.5), math.log(1.0)]]
+        >>> [round(float(w), 4) for w in mixture_sample([a, b], log_p, log_q).weights]
+        [0.9, 0.1]
+    """
+    seqs = [x for s in samples for x in s.sequences]
+    member = np.isfinite([w for s in samples for w in s.log_weights])
+    log_p, log_q = np.asarray(log_p, dtype=np.float64), np.asarray(log_q, dtype=np.float64)
+    if log_q.shape != (len(seqs), len(samples)) or log_p.shape != (len(seqs),):
+        raise InvalidArgumentError(
+            f"log_p and log_q must have shapes ({len(seqs)},) and ({len(seqs)}, {len(samples)})"
+        )
+    shares = np.log([len(s.sequences) / len(seqs) for s in samples])
+    with np.errstate(divide="ignore", invalid="ignore"):  # non-members: −inf − (−inf)
+        mix = np.logaddexp.reduce(log_q + shares, axis=1)
+        logs = np.where(member & np.isfinite(mix), log_p - mix, -math.inf)
+    return WeightedSample(tuple(seqs), tuple(float(v) for v in logs))
 
 
 def rejection_sample(

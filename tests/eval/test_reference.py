@@ -12,9 +12,16 @@ from scipy import stats
 
 from hf_fvo import Grammar
 from hf_fvo.eval import grammar_conditional_law, sampling_law
-from hf_fvo.eval.reference import WeightedSample, importance_sample, rejection_sample
+from hf_fvo.eval.reference import (
+    WeightedSample,
+    importance_sample,
+    mixture_sample,
+    rejection_sample,
+    sequence_log_probs,
+)
 from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.models import tiny_random_llama
+from hf_fvo.phi import UniformPhi
 
 PROMPT = torch.tensor([[1, 6]])
 BUDGET = 5
@@ -92,3 +99,56 @@ def test_reference_needs_one_prompt(world):
         importance_sample(model, PROMPT.repeat(2, 1), g, 4, max_new_tokens=BUDGET)
     with pytest.raises(InvalidArgumentError, match="max_draws"):
         rejection_sample(model, PROMPT, g, 4, max_new_tokens=BUDGET, max_draws=0)
+
+
+class _Collapsed(UniformPhi):
+    """Masking that all but forbids leaving the path 3 4: draws are nearly all (3, 4, EOS)."""
+
+    name = "collapsed"
+
+    @property
+    def is_masking(self) -> bool:
+        return False
+
+    def log_phi(self, ctx):
+        out = super().log_phi(ctx)
+        if len(ctx.generated) < 2:
+            keep = 3 if not ctx.generated else 4
+            out[[t for t in (3, 4, 5) if t != keep]] -= 12.0
+        return out
+
+
+def test_teacher_forced_log_q_is_each_proposals_sampling_law(world):
+    g, model, star, proj = world
+    members = sorted(star.probs)
+    log_p, log_q = sequence_log_probs(model, PROMPT, g, members, ["uniform", "onestep"],
+                                      max_new_tokens=BUDGET)  # fmt: skip
+    onestep = sampling_law(g, model, (1, 6), "onestep", max_new_tokens=BUDGET)
+    # float32 forwards with and without a KV cache agree to ~1e-5 per step (5 steps at most)
+    for k, x in enumerate(members):
+        assert abs(math.exp(log_q[k, 0]) - proj.probs[x]) < 1e-4
+        assert abs(math.exp(log_q[k, 1]) - onestep.probs[x]) < 1e-4
+    z = np.exp(log_p).sum()  # p(x)/Z over the members is μ*
+    for lp, x in zip(log_p, members, strict=True):
+        assert abs(math.exp(lp) / z - star.probs[x]) < 1e-4
+
+
+def test_mixture_reference_is_not_dominated_by_a_collapsed_proposal(world):
+    # 200 masked draws pooled with 200 draws of a proposal collapsed on (3, 4, EOS): the collapsed
+    # proposal's own weights are all alike (ESS ≈ 200), so pooling self-normalised laws in
+    # proportion to ESS puts ~half the mass there (μ* 0.044); the balance heuristic keeps μ*
+    g, model, star, _ = world
+    collapsed = _Collapsed(g)
+    a = importance_sample(model, PROMPT, g, 200, max_new_tokens=BUDGET, seed=5, batch_size=200)
+    b = importance_sample(model, PROMPT, g, 200, proposal=collapsed, max_new_tokens=BUDGET,
+                          seed=6, batch_size=200)  # fmt: skip
+    assert b.ess > 150 and sum(x == (3, 4, EOS) for x in b.sequences) > 190
+    seqs = [*a.sequences, *b.sequences]
+    log_p, log_q = sequence_log_probs(model, PROMPT, g, seqs, ["uniform", collapsed],
+                                      max_new_tokens=BUDGET)  # fmt: skip
+    mixed = mixture_sample([a, b], log_p, log_q)
+    z = stats.norm.ppf(0.995)  # the SNIS estimate's 99 % normal interval, as above
+    est, se = mixed.estimate(lambda x: x == (3, 4, EOS))
+    assert abs(est - star.probs[(3, 4, EOS)]) <= z * se, (est, se, star.probs[(3, 4, EOS)])
+    by_ess = (a.ess * a.estimate(lambda x: x == (3, 4, EOS))[0] + b.ess) / (a.ess + b.ess)
+    assert abs(by_ess - star.probs[(3, 4, EOS)]) > 0.2  # what the balance heuristic avoids
