@@ -28,8 +28,12 @@ sys.path.insert(0, str(ROOT))
 DEV = ROOT.parent / "shared" / "realworld" / "jsonschemabench-dev.jsonl"
 
 
-def pick_schemas(rows: list[dict], count: int, tokenizer, vocab_size: int) -> list[tuple]:
-    """``count`` schemas that compile, spread over the sources, in a fixed order."""
+def pick_schemas(
+    rows: list[dict], count: int, tokenizer, vocab_size: int, exclude: frozenset = frozenset()
+) -> list[tuple]:
+    """``count`` schemas that compile, spread over the sources, in a fixed order; names in
+    ``exclude`` (e.g. schemas some weights were trained on) are passed over where they fall in
+    that order, so the others' order does not change."""
     from hf_fvo import Grammar
     from hf_fvo.grammar import GrammarError
 
@@ -44,6 +48,8 @@ def pick_schemas(rows: list[dict], count: int, tokenizer, vocab_size: int) -> li
         for source in sorted(by_source):
             while by_source[source] and len(chosen) < count:
                 row = by_source[source].pop()
+                if row["name"] in exclude:
+                    continue
                 try:
                     g = Grammar.from_json_schema(row["schema"], tokenizer, whitespace="",
                                                  vocab_size=vocab_size)  # fmt: skip

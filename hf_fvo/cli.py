@@ -297,8 +297,9 @@ def train_phi(args: argparse.Namespace) -> int:
     from hf_fvo.phi.labels import labels_dataset
     from hf_fvo.phi.learned import model_fingerprint
     from hf_fvo.phi.recipe import BRACKETS, build_labels, enum_schemas, markov_groups
-    from hf_fvo.phi.training import step_tv, train_phi_model
+    from hf_fvo.phi.training import POINTWISE_SOURCES, path_brier, step_tv, train_phi_model
 
+    datasets.disable_progress_bars()
     out_dir = Path(args.out)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -316,11 +317,25 @@ def train_phi(args: argparse.Namespace) -> int:
     needs_model = bool(finite or open_schemas)
     model, tokenizer = _load(args.model) if needs_model else (None, None)
     t0 = time.perf_counter()
-    labels = build_labels(model, tokenizer, finite=finite, open_schemas=open_schemas,
-                          markov=not args.no_markov, trajectories=args.trajectories,
-                          positions=args.positions, tol=args.tol,
-                          progress=lambda m: print(f"labels: {m}", flush=True))  # fmt: skip
-    ds = labels_dataset(labels)
+    if args.labels:  # labels written by an earlier run: train only
+        if needs_model or not args.no_markov:
+            raise CLIError("--labels trains on that file only: pass --suites with no names, "
+                           "--finite 0 and --no-markov, and no --open")  # fmt: skip
+        try:
+            ds = datasets.Dataset.from_parquet(args.labels)
+        except (FileNotFoundError, ValueError) as exc:
+            raise CLIError(f"cannot read labels from {args.labels}: {exc}") from exc
+        model, tokenizer = _load(args.model)
+        needs_model = True
+        pairs = zip(ds["group"], ds["source"], strict=True)
+        open_schemas = [(g,) for g in sorted({g for g, s in pairs if s in POINTWISE_SOURCES})]
+    else:
+        labels = build_labels(model, tokenizer, finite=finite, open_schemas=open_schemas,
+                              markov=not args.no_markov, trajectories=args.trajectories,
+                              positions=args.positions, tol=args.tol,
+                              open_draws=args.open_draws, max_new_tokens=args.max_new_tokens,
+                              progress=lambda m: print(f"labels: {m}", flush=True))  # fmt: skip
+        ds = labels_dataset(labels)
     ds.to_parquet(str(out_dir / "labels.parquet"))
     print(f"{ds.num_rows} labelled positions in {time.perf_counter() - t0:.0f} s", flush=True)
     tokenizers, base_models = [], []
@@ -342,24 +357,37 @@ def train_phi(args: argparse.Namespace) -> int:
     training = {"positions": ds.num_rows, "groups": len(set(ds["group"])),
                 "sources": sorted(set(ds["source"])), "finite_schemas": [n for n, *_ in finite],
                 "open_schemas": [n for n, *_ in open_schemas], "epochs": args.epochs,
-                "seed": args.seed, "command": "hf-fvo " + " ".join(args.argv)}  # fmt: skip
+                "seed": args.seed, "path_target": args.path_target if open_schemas else None,
+                "command": "hf-fvo " + " ".join(args.argv)}  # fmt: skip
     model_phi = train_phi_model(
         ds, epochs=args.epochs, seed=args.seed, base_model=base, base_models=base_models,
         tokenizers=tokenizers, training=training, domain="any" if open_schemas else "finite",
+        path_target=args.path_target,
         progress=lambda e, loss: print(f"epoch {e + 1}/{args.epochs}: loss {loss:.5f}",
                                        flush=True),
     )  # fmt: skip
-    weights = np.array(ds["weight"])
-    tv_mask, tv_learned = step_tv(None, ds), step_tv(model_phi, ds)
-    metrics = {"train_step_tv_masking": float(np.average(tv_mask, weights=weights)),
-               "train_step_tv_learned": float(np.average(tv_learned, weights=weights))}  # fmt: skip
+    pointwise = np.isin(ds["source"], POINTWISE_SOURCES)
+    metrics = {}
+    if not pointwise.all():
+        listwise = ds.select(np.flatnonzero(~pointwise))
+        weights = np.array(listwise["weight"])
+        tv_mask, tv_learned = step_tv(None, listwise), step_tv(model_phi, listwise)
+        metrics["train_step_tv_masking"] = float(np.average(tv_mask, weights=weights))
+        metrics["train_step_tv_learned"] = float(np.average(tv_learned, weights=weights))
+        print("visit-weighted per-step TV to μ* on the training positions: masking "
+              f"{metrics['train_step_tv_masking']:.4f}, learned "
+              f"{metrics['train_step_tv_learned']:.4f}")  # fmt: skip
+    if pointwise.any():
+        path = ds.select(np.flatnonzero(pointwise))
+        t = args.path_target
+        metrics["train_path_brier_masking"] = float(np.mean(path_brier(None, path, t)))
+        metrics["train_path_brier_learned"] = float(np.mean(path_brier(model_phi, path, t)))
+        goal = "W" if t == "mean" else "1[W > 0]"
+        print(f"mean (Φ̂ − {goal})² on the path labels (W: one importance-weighted rollout): "
+              f"masking {metrics['train_path_brier_masking']:.4f}, learned "
+              f"{metrics['train_path_brier_learned']:.4f}")  # fmt: skip
     model_phi.metrics.update(metrics)
     model_phi.save_pretrained(out_dir)
-    datasets.disable_progress_bars()
-    print(
-        f"visit-weighted per-step TV to μ* on the training positions: masking "
-        f"{metrics['train_step_tv_masking']:.4f}, learned {metrics['train_step_tv_learned']:.4f}"
-    )
     print(f"wrote {out_dir}/model.safetensors, config.json, README.md (model card), labels.parquet")
     return 0
 
@@ -379,7 +407,8 @@ def _schema_rows(path: str) -> list[dict]:
 
 
 def _open_rows(rows: list[dict], count: int) -> list[dict]:
-    """The first ``count`` rows whose schema compiles (pushdown) and is not finite."""
+    """``count`` rows whose schema compiles (pushdown) and is not known to be finite, taken from
+    each source in turn (sources sorted by name, rows in file order)."""
     from hf_fvo import Grammar, GrammarError
     from hf_fvo.models import load_default_tokenizer
 
@@ -387,15 +416,24 @@ def _open_rows(rows: list[dict], count: int) -> list[dict]:
     if not count:
         return out
     tokenizer = load_default_tokenizer()
+    by_source: dict[str, list[dict]] = {}
     for r in rows:
-        try:
-            g = Grammar.from_json_schema(r["schema"], tokenizer, whitespace="")
-        except GrammarError:
-            continue
-        if not g.is_finite:
-            out.append(r)
-        if len(out) >= count:
-            break
+        by_source.setdefault(str(r.get("source", "")), []).append(r)
+    queues = [iter(by_source[k]) for k in sorted(by_source)]
+    while queues and len(out) < count:
+        for q in list(queues):
+            for r in q:
+                try:
+                    g = Grammar.from_json_schema(r["schema"], tokenizer, whitespace="")
+                except GrammarError:
+                    continue
+                if g.is_finite is not True:
+                    out.append(r)
+                    break
+            else:
+                queues.remove(q)
+            if len(out) >= count:
+                break
     return out
 
 
@@ -536,16 +574,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="hf_fvo_phi", help="output folder (save_pretrained layout)")
     p.add_argument("--model", help="local Transformers model folder (default: embedded SmolLM2)")
     p.add_argument("--schemas", help="JSON lines of {name, schema} (e.g. the development set): "
-                   "finite enum schemas for exact labels, open ones for rollouts")  # fmt: skip
+                   "finite enum schemas for exact labels, open ones for path labels")  # fmt: skip
     p.add_argument("--finite", type=_count(0), default=12, help="enum schemas from --schemas")
     p.add_argument("--open", type=_count(0), default=0,
-                   help="open schemas from --schemas, rollout labels (slow on CPU)")  # fmt: skip
+                   help="open schemas from --schemas (one per source in turn, file order), "
+                   "labelled along masked draws (path labels)")  # fmt: skip
+    p.add_argument("--open-draws", type=_count(1), default=4, help="masked draws per open schema")
+    p.add_argument("--max-new-tokens", type=_count(1), default=192,
+                   help="token budget of the open schemas' draws")  # fmt: skip
     p.add_argument("--suites", nargs="*", default=["paper", "structured"],
                    help="suites whose finite JSON rows are labelled exactly")  # fmt: skip
     p.add_argument("--no-markov", action="store_true", help="leave out the Markov families")
     p.add_argument("--trajectories", type=_count(1), default=40, help="per Markov group")
     p.add_argument("--positions", type=_count(1), default=150, help="per finite schema")
     p.add_argument("--tol", type=_fraction, default=1e-4, help="unexplored mass of the tries")
+    p.add_argument("--labels", help="train on a labels.parquet written by an earlier run "
+                   "(with the model it was labelled with) instead of building labels")  # fmt: skip
+    p.add_argument("--path-target", choices=["finish", "mean"], default="finish",
+                   help="what path labels are fitted to: ending within the budget (default) "
+                   "or the one-rollout Φ itself")  # fmt: skip
     p.add_argument("--epochs", type=_count(1), default=60)
     p.add_argument("--seed", type=_count(0), default=0)
     p.set_defaults(func=train_phi)

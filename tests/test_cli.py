@@ -112,6 +112,51 @@ def test_train_phi_writes_a_hub_folder_that_loads(tmp_path, capsys):
     assert "learned" in capsys.readouterr().out
 
 
+def test_train_phi_open_schemas_get_path_labels_and_retrain_from_them(tmp_path, capsys):
+    from hf_fvo.phi import PhiModel
+
+    rows = Path(__file__).parent / "data" / "jsonschemabench_slice.jsonl"
+    out = tmp_path / "open"
+    argv = ["train-phi", "--out", str(out), "--schemas", str(rows), "--suites", "--finite", "0",
+            "--no-markov", "--open", "2", "--open-draws", "1", "--max-new-tokens", "12",
+            "--epochs", "2"]  # fmt: skip
+    assert main(argv) == 0
+    weights = PhiModel.from_pretrained(out)
+    assert weights.domain == "any" and weights.training_data["path_target"] == "finish"
+    assert len(weights.training_data["open_schemas"]) == 2
+    sources = {json.loads(line)["name"]: json.loads(line)["source"]
+               for line in rows.read_text().splitlines()}  # fmt: skip
+    # one schema per source in turn: the two come from different sources
+    assert len({sources[n] for n in weights.training_data["open_schemas"]}) == 2
+    assert "1[W > 0]" in capsys.readouterr().out
+    # train again from the written labels, on the other target
+    again = tmp_path / "again"
+    argv = [
+        "train-phi",
+        "--out",
+        str(again),
+        "--labels",
+        str(out / "labels.parquet"),
+        "--suites",
+        "--finite",
+        "0",
+        "--no-markov",
+        "--path-target",
+        "mean",
+        "--epochs",
+        "2",
+    ]
+    assert main(argv) == 0
+    retrained = PhiModel.from_pretrained(again)
+    assert retrained.domain == "any" and retrained.training_data["path_target"] == "mean"
+    assert sorted(retrained.training_data["open_schemas"]) == sorted(
+        weights.training_data["open_schemas"]
+    )
+    # --labels trains on that file only
+    assert main(["train-phi", "--out", str(again), "--labels", str(out / "labels.parquet")]) == 2
+    assert "--labels trains on that file only" in capsys.readouterr().err
+
+
 def test_train_phi_bad_schema_file_is_one_line(tmp_path, capsys):
     bad = tmp_path / "rows.jsonl"
     bad.write_text('{"nope": 1}\n')

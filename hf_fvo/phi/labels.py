@@ -7,7 +7,11 @@
 - :func:`trie_labels`: exact Φ with any LM on a finite language (the explored token trie), at
   the prefixes μ* passes through most;
 - :func:`rollout_labels`: Monte-Carlo Φ from rollouts of the model (any grammar, pushdown
-  included) with Hoeffding half-widths, at the positions of masked samples.
+  included) with Hoeffding half-widths, at the positions of masked samples;
+- :func:`path_labels`: one importance-weighted rollout per position, read off masked draws with no
+  extra forward (any grammar): at every position, the sampled token's Φ is estimated without
+  bias by the product of the admissible masses p_s(A_s) of the rest of the draw (0 if the draw
+  never ends in the language). Noisy one by one, so they are fitted pointwise, to their mean.
 
 :func:`labels_dataset` turns them into a ``datasets.Dataset``.
 """
@@ -26,7 +30,14 @@ from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi.base import PhiContext
 from hf_fvo.phi.features import candidate_features
 
-__all__ = ["Label", "labels_dataset", "markov_labels", "rollout_labels", "trie_labels"]
+__all__ = [
+    "Label",
+    "labels_dataset",
+    "markov_labels",
+    "path_labels",
+    "rollout_labels",
+    "trie_labels",
+]
 
 Label = dict[str, Any]
 
@@ -222,6 +233,81 @@ def rollout_labels(
             if tok in grammar.eos_token_ids:
                 break
             state = grammar.next_state(state, tok)
+    return out
+
+
+def path_labels(
+    grammar: Grammar,
+    model: Any,
+    prompt: tuple[int, ...],
+    max_new_tokens: int,
+    *,
+    draws: int = 4,
+    seed: int = 0,
+    group: str = "path",
+) -> list[Label]:
+    """One-rollout Φ labels at every position of ``draws`` masked samples (any grammar).
+
+    A masked draw continues the prefix x_{<t}·x_t exactly as a masked rollout would, so the
+    product W_t = ∏_{s>t} p_s(A_s) over the rest of the draw (0 when it does not end with EOS
+    within the budget) is an unbiased estimate of Φ_t(x_t) in [0, 1] — the importance weight of
+    :class:`~hf_fvo.phi.RolloutPhi` with ``masked=True`` and ``k=1``. Every position of every draw
+    is labelled for the price of the draw itself. Each label has one candidate, the sampled
+    token (``source`` ``"path"``; positions where it is not among the scored candidates of
+    :func:`~hf_fvo.phi.features.candidate_features`, and EOS, are skipped); training fits them
+    pointwise (:func:`~hf_fvo.phi.training.train_phi_model`).
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.grammar import TokenVocabulary
+        >>> from hf_fvo.models import MarkovLM
+        >>> from hf_fvo.phi.labels import path_labels
+        >>> vocab = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])
+        >>> lm = MarkovLM.random(4, seed=0, bos_token_id=3, eos_token_id=2, pad_token_id=2)
+        >>> labels = path_labels(Grammar.dyck(2, 6, vocab), lm, (3,), 7, draws=4)
+        >>> {lab["source"] for lab in labels}, all(lab["log_phi"][0] <= 0 for lab in labels)
+        ({'path'}, True)
+    """
+    import hf_fvo
+    from hf_fvo.phi.base import admissible_mask
+    from hf_fvo.phi.rollout import hoeffding_half_width
+
+    if not isinstance(draws, int) or draws < 1:
+        raise InvalidArgumentError(f"draws must be a positive int, got {draws!r}")
+    eos = set(grammar.eos_token_ids)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        res = hf_fvo.generate(model, torch.tensor([prompt] * draws), grammar=grammar,
+                              max_new_tokens=max_new_tokens, do_sample=True, top_k=0,
+                              output_logits=True, return_dict_in_generate=True)  # fmt: skip
+    width = hoeffding_half_width(1, 0.05, 1)
+    out: list[Label] = []
+    for b in range(draws):
+        seq = res.sequences[b, len(prompt) :].tolist()
+        state, steps = grammar.initial_state, []
+        for t, tok in enumerate(seq):
+            left = max_new_tokens - t
+            row = res.logits[t][b].double()
+            logp = torch.log_softmax(row, -1)[: grammar.vocab_size]
+            mask = admissible_mask(grammar, state, left)
+            steps.append((PhiContext(state, tuple(seq[:t]), row, left, prompt), tok,
+                          float(torch.logsumexp(logp[mask[: len(logp)]], 0))))  # fmt: skip
+            if tok in eos:
+                break
+            state = grammar.next_state(state, tok)
+        ended = bool(steps) and steps[-1][1] in eos
+        suffix = 0.0 if ended else -math.inf  # log W after the last step
+        for ctx, tok, log_adm in reversed(steps):
+            if tok not in eos:
+                f = candidate_features(grammar, ctx)
+                hit = torch.nonzero(f.tokens == tok).flatten()
+                if len(hit):
+                    k = int(hit[0])
+                    out.append({"source": "path", "group": group,
+                                "features": [f.features[k].tolist()], "log_p": [float(f.logp[tok])],
+                                "log_phi": [suffix], "half_width": [width],
+                                "log_p_eos": -math.inf, "weight": 1.0})  # fmt: skip
+            suffix += log_adm
     return out
 
 

@@ -33,9 +33,17 @@ from hf_fvo.grammar.errors import (
 from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 from hf_fvo.phi.features import FEATURE_NAMES, candidate_features
 
-__all__ = ["DEFAULT_WEIGHTS", "LearnedPhi", "PhiModel", "model_fingerprint"]
+__all__ = [
+    "DEFAULT_OPEN_WEIGHTS",
+    "DEFAULT_WEIGHTS",
+    "LearnedPhi",
+    "PhiModel",
+    "default_weights",
+    "model_fingerprint",
+]
 
 DEFAULT_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-instruct"
+DEFAULT_OPEN_WEIGHTS = Path(__file__).parent / "weights" / "smollm2-135m-instruct-open"
 DOMAINS = ("finite", "any")  # the grammars a checkpoint's labels came from
 MARKOV_FAMILY = "markov-lm"  # fingerprint of every hf_fvo MarkovLM (trained across random ones)
 
@@ -248,6 +256,34 @@ class PhiModel(
         return model.eval()
 
 
+def default_weights(grammar: Grammar, model: Any = None) -> PhiModel:
+    """The shipped weights for ``grammar`` (and ``model``): those trained on exact labels of
+    finite languages and Markov families where the language is known to be finite, else those
+    trained on path labels of open real schemas (domain ``"any"``) where they fit the grammar's
+    tokenizer and the model; otherwise the finite ones (which refuse other tokenizers and models
+    and are masking on open grammars).
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> from hf_fvo.phi.learned import default_weights
+        >>> tok = load_default_tokenizer()
+        >>> default_weights(Grammar.from_choices(["yes", "no"], tok)).domain
+        'finite'
+        >>> default_weights(Grammar.from_json_schema({"type": "string"}, tok)).domain
+        'any'
+    """
+    if grammar.is_finite is not True and (DEFAULT_OPEN_WEIGHTS / "model.safetensors").is_file():
+        weights = PhiModel.from_pretrained(DEFAULT_OPEN_WEIGHTS)
+        try:
+            weights.check(grammar, model)
+        except WeightsMismatchError:
+            pass
+        else:
+            return weights
+    return PhiModel.from_pretrained(DEFAULT_WEIGHTS)
+
+
 def _as_list(d: dict) -> str:
     return "\n".join(f"- {k}: {json.dumps(v)}" for k, v in d.items()) or "- (none recorded)"
 
@@ -258,17 +294,21 @@ class LearnedPhi(PhiEstimator):
     A_t's mass are scored (at most ``max_candidates``), the rest get their p_t-weighted mean,
     reported as ``unscored`` in the diagnostics, as with OneStep.
 
-    Weights trained on finite languages only (``PhiModel.domain == "finite"``, the shipped ones)
-    are not used on a grammar whose language is not known to be finite: there the estimator is
-    masking (Φ̂ ≡ 1, :attr:`is_masking`; its samples equal ``phi="uniform"``'s) and an
+    Weights trained on finite languages only (``PhiModel.domain == "finite"``) are not used on a
+    grammar whose language is not known to be finite: there the estimator is masking (Φ̂ ≡ 1,
+    :attr:`is_masking`; its samples equal ``phi="uniform"``'s) and an
     :class:`~hf_fvo.OutsideTrainingWarning` says so once, at construction. (Measured: on open
-    real schemas such weights drove most outputs to the token cap; docs/benchmarks.md.)
+    real schemas such weights drove most outputs to the token cap; docs/benchmarks.md.) Without
+    ``weights``, :func:`default_weights` picks the shipped checkpoint that covers the grammar:
+    the finite-language one where the language is known to be finite, else the one trained on
+    path labels of open schemas.
 
     Args:
         grammar: The compiled grammar (either backend).
         model: The base model (only checked against the weights; no forwards are run).
         weights: A :class:`PhiModel`, a folder or Hub id for :meth:`PhiModel.from_pretrained`,
-            or ``None`` for the weights shipped for the embedded SmolLM2.
+            or ``None`` for the weights shipped for the embedded SmolLM2
+            (:func:`default_weights`).
 
     Raises:
         WeightsMismatchError: the weights were trained for another tokenizer or base model.
@@ -298,7 +338,7 @@ class LearnedPhi(PhiEstimator):
     ) -> None:
         super().__init__(grammar, model)
         if weights is None:
-            weights = DEFAULT_WEIGHTS
+            weights = default_weights(grammar, model)
         if isinstance(weights, (str, Path)):
             weights = PhiModel.from_pretrained(weights)
         if not isinstance(weights, PhiModel):

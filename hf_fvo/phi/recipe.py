@@ -5,7 +5,7 @@
   language (what an LM trained on such text looks like), exact Φ by the product-state DP;
 - finite JSON schemas (enums and consts, e.g. from the development set) with the real model,
   exact Φ from the explored token trie;
-- open JSON schemas with the real model, Monte-Carlo Φ from rollouts (optional: slow on CPU).
+- open JSON schemas with the real model: one-rollout Φ along masked draws (path labels).
 
 Every label is also added with the Φ_iid features hidden (as on a pushdown grammar), so the
 weights learn what to do where the surrogate DP is not available.
@@ -21,7 +21,7 @@ import numpy as np
 from hf_fvo.grammar import Grammar, TokenVocabulary
 from hf_fvo.models.chat import chat_prompt
 from hf_fvo.phi.features import FEATURE_NAMES
-from hf_fvo.phi.labels import Label, markov_labels, rollout_labels, trie_labels
+from hf_fvo.phi.labels import Label, markov_labels, path_labels, trie_labels
 
 __all__ = ["MarkovGroup", "build_labels", "enum_schemas", "markov_groups", "without_iid"]
 
@@ -169,8 +169,8 @@ def build_labels(
     trajectories: int = 40,
     positions: int = 150,
     tol: float = 1e-4,
-    rollout_samples: int = 2,
-    max_new_tokens: int = 64,
+    open_draws: int = 4,
+    max_new_tokens: int = 192,
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[Label]:
     """Every label of the recipe; ``progress`` is told each group as it is done.
@@ -202,10 +202,10 @@ def build_labels(
             labels = trie_labels(g, lm, chat_prompt(tokenizer, text), positions=positions,
                                  tol=tol, group=name)  # fmt: skip
             add(labels, name)
-    for name, schema, text in open_schemas:
+    for k, (name, schema, text) in enumerate(open_schemas):
         g = Grammar.from_json_schema(schema, tokenizer, whitespace="",
                                      vocab_size=model.config.vocab_size)  # fmt: skip
-        labels = rollout_labels(g, model, chat_prompt(tokenizer, text), max_new_tokens,
-                                samples=rollout_samples, group=name)  # fmt: skip
+        labels = path_labels(g, model, chat_prompt(tokenizer, text), max_new_tokens,
+                             draws=open_draws, seed=k, group=name)  # fmt: skip
         add(labels, name)
     return out

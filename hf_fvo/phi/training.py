@@ -2,7 +2,17 @@
 :class:`~hf_fvo.phi.PhiModel` to labels (:mod:`hf_fvo.phi.labels`) by the listwise loss
 KL(μ*_t ‖ μ̂_t), μ̂_t ∝ p_t·Φ̂_t, at each position weighted by how often μ* visits it — by the
 chain rule that sum is the sequence-level KL(μ* ‖ μ̂) — with each grammar and each label source
-counting equally; :func:`step_tv` measures per-position TV.
+counting equally; :func:`step_tv` measures per-position TV. One-rollout labels
+(:func:`~hf_fvo.phi.labels.path_labels`, source ``"path"``: an unbiased but noisy W ∈ [0, 1] for
+one candidate) are fitted pointwise instead, by the cross-entropy −T log Φ̂ − (1 − T) log(1 − Φ̂),
+whose minimiser is the conditional mean E[T | features], with the target T either
+
+- ``"mean"``: T = W, so Φ̂ → Φ itself; but over a long open completion W is the product of
+  a hundred masses below 1 (median log W ≈ −17 on the development schemas, 0 for most draws the
+  budget cut off), so nearly every label is ≈ 0 and the fit can hardly tell candidates apart;
+- ``"finish"``: T = 1[W > 0], so Φ̂ → the probability that the masked continuation ends in the
+  language within the budget, an upper bound on Φ (W ≤ 1[W > 0]) learned from low-variance
+  labels: the part of Φ that keeps completions inside the token budget.
 """
 
 from __future__ import annotations
@@ -18,7 +28,9 @@ from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi.labels import Label
 from hf_fvo.phi.learned import PhiModel
 
-__all__ = ["step_tv", "train_phi_model"]
+__all__ = ["POINTWISE_SOURCES", "path_brier", "step_tv", "train_phi_model"]
+
+POINTWISE_SOURCES = ("path",)  # label sources with one noisy, unbiased Φ sample per row
 
 
 def _tensors(rows: list[Label]) -> tuple[torch.Tensor, ...]:
@@ -44,6 +56,23 @@ def _step_laws(model: PhiModel, feats, logp, logphi) -> tuple[torch.Tensor, torc
     star = torch.cat([torch.where(valid, logp[:, :n] + logphi, -torch.inf), logp[:, n:]], 1)
     mine = torch.cat([torch.where(valid, logp[:, :n] + pred, -torch.inf), logp[:, n:]], 1)
     return torch.log_softmax(star, 1), torch.log_softmax(mine, 1)
+
+
+TARGETS = ("finish", "mean")  # what a pointwise label's W is turned into (module docstring)
+
+
+def _pointwise(rows: list[Label]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features (n, d) and log W (n,) of one-candidate rows, unclipped (−1e30: W = 0)."""
+    feats = torch.tensor([r["features"][0] for r in rows])
+    return feats, torch.tensor([float(r["log_phi"][0]) for r in rows], dtype=torch.float64)
+
+
+def _cross_entropy(model: PhiModel, feats, log_w, target: str) -> torch.Tensor:
+    """−T log Φ̂ − (1 − T) log(1 − Φ̂) per row, T = W or 1[W > 0]."""
+    log_hat = model(feats).double()
+    target = log_w.exp() if target == "mean" else (log_w > -1e29).double()
+    log_miss = torch.log(-torch.expm1(log_hat.clamp_max(-1e-12)))
+    return -(target * log_hat + (1 - target) * log_miss)
 
 
 def step_tv(model: PhiModel | None, dataset: Any) -> np.ndarray:
@@ -77,6 +106,30 @@ def step_tv(model: PhiModel | None, dataset: Any) -> np.ndarray:
     return out
 
 
+def path_brier(model: PhiModel | None, dataset: Any, target: str = "mean") -> np.ndarray:
+    """(Φ̂ − T)² at every pointwise label, T = W (``"mean"``) or 1[W > 0] (``"finish"``)
+    (``model=None``: masking, Φ̂ ≡ 1): its mean is the estimator's squared error to E[T] plus
+    the labels' own variance, so two estimators compare by it without knowing E[T].
+
+    Example:
+        >>> from hf_fvo.phi.labels import labels_dataset
+        >>> from hf_fvo.phi.training import path_brier
+        >>> ds = labels_dataset([{"source": "path", "group": "g", "features": [[0.0] * 12],
+        ...                       "log_p": [-1.0], "log_phi": [-1e30], "half_width": [1.0],
+        ...                       "log_p_eos": -1e30, "weight": 1.0}])
+        >>> path_brier(None, ds).tolist()  # masking says 1, the draw never ended: W = 0
+        [1.0]
+    """
+    rows = list(dataset)
+    if not rows:
+        return np.zeros(0)
+    feats, log_w = _pointwise(rows)
+    goal = log_w.exp() if target == "mean" else (log_w > -1e29).double()
+    with torch.no_grad():
+        hat = torch.ones_like(goal) if model is None else model(feats).double().exp()
+    return ((hat - goal) ** 2).numpy()
+
+
 def train_phi_model(
     dataset: Any,
     *,
@@ -85,12 +138,18 @@ def train_phi_model(
     lr: float = 3e-3,
     batch_size: int = 64,
     seed: int = 0,
+    lr_decay: bool | None = None,
+    path_target: str = "finish",
     progress: Callable[[int, float], None] | None = None,
     **config: Any,
 ) -> PhiModel:
-    """Fit a :class:`PhiModel` to a labels dataset by the listwise loss KL(μ*_t ‖ μ̂_t), each
-    source weighted equally; ``config`` goes to the model (base models, tokenizers, training
-    description). ``progress(epoch, loss)`` is called after each epoch.
+    """Fit a :class:`PhiModel` to a labels dataset by the listwise loss KL(μ*_t ‖ μ̂_t) (and the
+    pointwise cross-entropy on one-rollout labels), each source weighted equally; ``config``
+    goes to the model (base models, tokenizers, training description). ``lr_decay``: anneal the
+    learning rate to 0 (cosine); by default only when there are pointwise labels, whose noise
+    otherwise keeps the iterates from settling. ``path_target``: what pointwise labels are fitted
+    to, ``"finish"`` or ``"mean"`` (module docstring). ``progress(epoch, loss)`` is called after
+    each epoch.
 
     Example:
         >>> from hf_fvo.phi.labels import labels_dataset
@@ -102,6 +161,8 @@ def train_phi_model(
         >>> float(step_tv(model, labels_dataset(rows))[0]) < 0.05
         True
     """
+    if path_target not in TARGETS:
+        raise InvalidArgumentError(f"path_target must be one of {TARGETS}, got {path_target!r}")
     torch.manual_seed(seed)
     rows = list(dataset)
     if not rows:
@@ -122,26 +183,42 @@ def train_phi_model(
         key = (r["source"], r["group"])
         return r["weight"] / groups[key] / per_source[r["source"]] / len(sources)
 
-    # buckets of similar width keep padding small
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]["log_p"]))
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    tensors = [(_tensors([rows[i] for i in b]),
+    # buckets of similar width keep padding small; pointwise rows (all of width 1) batch on
+    # their own, shuffled so that a batch mixes grammars
+    pointwise = [r["source"] in POINTWISE_SOURCES for r in rows]
+    listwise = sorted((i for i in range(len(rows)) if not pointwise[i]),
+                      key=lambda i: len(rows[i]["log_p"]))  # fmt: skip
+    mixed = np.flatnonzero(pointwise)[np.random.default_rng(seed).permutation(sum(pointwise))]
+    batches = [(kind, order[i : i + batch_size])
+               for kind, order in ((False, listwise), (True, mixed.tolist()))
+               for i in range(0, len(order), batch_size)]  # fmt: skip
+    tensors = [(kind, _pointwise([rows[i] for i in b]) if kind else _tensors([rows[i] for i in b]),
                 torch.tensor([weight(rows[i]) for i in b], dtype=torch.float64))
-               for b in batches]  # fmt: skip
+               for kind, b in batches]  # fmt: skip
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    if lr_decay is None:
+        lr_decay = any(pointwise)
+    sched = (torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * len(tensors))
+             if lr_decay else None)  # fmt: skip
     gen = torch.Generator().manual_seed(seed)
     model.train()
     for epoch in range(epochs):
         total = 0.0
         for j in torch.randperm(len(tensors), generator=gen).tolist():
-            (feats, logp, logphi), w = tensors[j]
-            star, mine = _step_laws(model, feats, logp, logphi)
-            p = star.exp()
-            kl = (p * (star - mine)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).sum(1)
-            loss = (w * kl).sum()
+            kind, batch, w = tensors[j]
+            if kind:
+                loss = (w * _cross_entropy(model, *batch, path_target)).sum()
+            else:
+                feats, logp, logphi = batch
+                star, mine = _step_laws(model, feats, logp, logphi)
+                p = star.exp()
+                kl = (p * (star - mine)).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).sum(1)
+                loss = (w * kl).sum()
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if sched is not None:
+                sched.step()
             total += float(loss.detach())
         if progress is not None:
             progress(epoch, total)

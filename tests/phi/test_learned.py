@@ -17,9 +17,9 @@ from hf_fvo.grammar import TokenVocabulary
 from hf_fvo.models import MarkovLM, tiny_random_llama
 from hf_fvo.phi import LearnedPhi, MarkovExactPhi, PhiContext, PhiModel, make_estimator
 from hf_fvo.phi.features import FEATURE_NAMES, candidate_features
-from hf_fvo.phi.labels import labels_dataset, markov_labels
+from hf_fvo.phi.labels import labels_dataset, markov_labels, path_labels
 from hf_fvo.phi.learned import DEFAULT_WEIGHTS, model_fingerprint
-from hf_fvo.phi.training import step_tv, train_phi_model
+from hf_fvo.phi.training import path_brier, step_tv, train_phi_model
 from tests.phi.conformance import EstimatorConformance
 from tests.phi.conformance import world as world  # the shared fixture
 
@@ -236,6 +236,25 @@ def test_weights_trained_on_finite_languages_mask_open_grammars_and_say_so(tmp_p
     )
 
 
+def test_phi_learned_picks_the_shipped_weights_by_the_grammar(sp_tokenizer):
+    # finite languages: the weights trained on exact labels; open ones: those trained on path
+    # labels of open development-set schemas (no warning, not masking)
+    from hf_fvo.models import load_default_tokenizer
+
+    tok = load_default_tokenizer()
+    open_g = Grammar.from_json_schema({"type": "object", "properties": {"n": {"type": "number"}}},
+                                      tok, whitespace="")  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OutsideTrainingWarning)
+        est = LearnedPhi(open_g)
+    assert est.weights.domain == "any" and not est.is_masking
+    assert len(est.weights.training_data["open_schemas"]) >= 20
+    assert LearnedPhi(Grammar.from_choices(["yes", "no"], tok)).weights.domain == "finite"
+    # neither set fits another tokenizer: the finite ones are tried last and say why
+    with pytest.raises(WeightsMismatchError, match="tokenizers"):
+        LearnedPhi(Grammar.from_json_schema({"type": "string"}, sp_tokenizer))
+
+
 def test_domain_is_checked_and_saved(tmp_path):
     with pytest.raises(ValueError, match="domain"):
         PhiModel(domain="open")
@@ -282,3 +301,57 @@ def test_step_tv_of_a_model_predicting_phi_exactly_is_zero():
              "log_p_eos": -math.inf, "weight": 1.0}]  # fmt: skip
     net = PhiModel()  # Φ̂ ≈ σ(6) everywhere: the same shift on both candidates, no EOS
     assert float(step_tv(net, labels_dataset(rows))[0]) < 1e-9
+
+
+def _empirical_bernstein(values: list[float], alpha: float) -> float:
+    """Maurer–Pontil half-width for the mean of n i.i.d. values in [0, 1], at level 1 − α."""
+    n, v = len(values), float(np.var(values, ddof=1))
+    return math.sqrt(2 * v * math.log(3 / alpha) / n) + 3 * math.log(3 / alpha) / n
+
+
+def test_path_labels_average_to_exact_phi_under_a_markov_lm():
+    # W_t = ∏_{s>t} p_s(A_s) along masked draws is an unbiased one-rollout estimate of Φ_t(x_t):
+    # at the first two positions (told apart by the inverse-budget feature) the mean label of
+    # each sampled token is within an empirical-Bernstein interval (α = 1e-3) of exact Φ
+    lm = MarkovLM.random(4, seed=0, bos_token_id=3, eos_token_id=2, pad_token_id=2)
+    g = Grammar.dyck(2, 6, BRACKETS)
+    labels = path_labels(g, lm, (3,), 7, draws=2000, seed=0)
+    inv = FEATURE_NAMES.index("inverse_budget")
+    exact, table = MarkovExactPhi(g, lm), lm.log_probs.detach().double()
+    checked = 0
+    for t, prefix in ((0, ()), (1, (0,))):
+        state = g.initial_state
+        for y in prefix:
+            state = g.next_state(state, y)
+        ctx = PhiContext(state, prefix, table[lm.context_of((3, *prefix))], 7 - t, (3,))
+        phi = exact.log_phi(ctx).exp()
+        logp = torch.log_softmax(ctx.logits, -1)
+        here = [lab for lab in labels if abs(lab["features"][0][inv] - 1 / (6 - t)) < 1e-6]
+        for y in (0, 1):
+            w = [math.exp(lab["log_phi"][0]) for lab in here
+                 if abs(lab["log_p"][0] - float(logp[y])) < 1e-5]  # fmt: skip
+            if len(w) < 100:
+                continue
+            assert abs(np.mean(w) - float(phi[y])) <= _empirical_bernstein(w, 1e-3), (t, y)
+            checked += 1
+    assert checked == 3  # '(' at the root; '((' and '()' after it
+
+
+def test_pointwise_training_fits_the_mean_of_noisy_labels():
+    # one-rollout labels are 0/1 draws here: the fitted Φ̂ must be their mean per feature value
+    # (the listwise loss has no gradient on a row with one candidate and no EOS)
+    rng = np.random.default_rng(0)
+    rows = []
+    for x, phi in ((0.0, 0.2), (1.0, 0.7)):
+        for w in rng.random(400) < phi:
+            rows.append({"source": "path", "group": "g", "features": [[x] * len(FEATURE_NAMES)],
+                         "log_p": [-1.0], "log_phi": [0.0 if w else -math.inf],
+                         "half_width": [1.0], "log_p_eos": -math.inf, "weight": 1.0})  # fmt: skip
+    ds = labels_dataset(rows)
+    model = train_phi_model(ds, epochs=100, lr=0.01, seed=0)
+    for x in (0.0, 1.0):
+        mean = np.mean([math.exp(r["log_phi"][0]) for r in rows if r["features"][0][0] == x])
+        fitted = float(model(torch.full((1, len(FEATURE_NAMES)), x)).exp())
+        assert abs(fitted - mean) < 0.01, (x, fitted, mean)
+    masking, learned = path_brier(None, ds).mean(), path_brier(model, ds).mean()
+    assert learned < masking
