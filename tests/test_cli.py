@@ -152,6 +152,13 @@ def test_train_phi_open_schemas_get_path_labels_and_retrain_from_them(tmp_path, 
     assert sorted(retrained.training_data["open_schemas"]) == sorted(
         weights.training_data["open_schemas"]
     )
+    # a labels file that is not there is one line naming it
+    missing = tmp_path / "nowhere.parquet"
+    argv = ["train-phi", "--out", str(again), "--labels", str(missing), "--suites", "--finite",
+            "0", "--no-markov"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot read labels from" in err[0] and "nowhere" in err[0]
     # --labels trains on that file only
     assert main(["train-phi", "--out", str(again), "--labels", str(out / "labels.parquet")]) == 2
     assert "--labels trains on that file only" in capsys.readouterr().err

@@ -120,6 +120,8 @@ def path_brier(model: PhiModel | None, dataset: Any, target: str = "mean") -> np
         >>> path_brier(None, ds).tolist()  # masking says 1, the draw never ended: W = 0
         [1.0]
     """
+    if target not in TARGETS:
+        raise InvalidArgumentError(f"target must be one of {TARGETS}, got {target!r}")
     rows = list(dataset)
     if not rows:
         return np.zeros(0)
