@@ -355,3 +355,47 @@ def test_pointwise_training_fits_the_mean_of_noisy_labels():
         assert abs(fitted - mean) < 0.01, (x, fitted, mean)
     masking, learned = path_brier(None, ds).mean(), path_brier(model, ds).mean()
     assert learned < masking
+
+
+def test_shipped_open_weights_keep_the_estimator_contract_on_a_real_schema():
+    # the open checkpoint is not in the conformance world (other tokenizer): on a SmolLM2 schema
+    # its rows are log-probabilities finite exactly on the admissible set within the budget, with
+    # Φ(EOS) = 1, and sampling with it ends in the language
+    import hf_fvo
+    from hf_fvo.models import load_default_tokenizer
+    from hf_fvo.phi import admissible_mask
+
+    tok = load_default_tokenizer()
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "integer"}},
+        },
+        "required": ["name"],
+    }
+    g = Grammar.from_json_schema(schema, tok, whitespace="")  # fmt: skip
+    est = LearnedPhi(g)
+    assert est.weights.domain == "any" and not est.is_masking
+    gen = torch.Generator().manual_seed(0)
+    for text in ('{"name":"Al', '{"name":"Al","tags":[1', '{"name":"Al"'):
+        for remaining in (None, 40, 3):
+            state = g.walk(tok.encode(text))
+            ctx = PhiContext(state, (), torch.randn(g.vocab_size, generator=gen) * 3, remaining)
+            row = est.log_phi(ctx)
+            assert not torch.isnan(row).any() and (row[torch.isfinite(row)] <= 0).all()
+            assert torch.equal(torch.isfinite(row), admissible_mask(g, state, remaining))
+            eos = [e for e in g.eos_token_ids if bool(torch.isfinite(row[e]))]
+            assert all(float(row[e]) == 0.0 for e in eos)
+    model = tiny_random_llama(g.vocab_size, seed=3)
+    torch.manual_seed(0)
+    out = hf_fvo.generate(model, torch.tensor([[1, 2]] * 4), grammar=g, phi=est,
+                          max_new_tokens=12, do_sample=True, top_k=0)  # fmt: skip
+    ended = 0
+    for row in out[:, 2:].tolist():
+        ids = [t for t in row if t not in g.eos_token_ids]
+        if len(ids) < len(row):  # ended with EOS within the budget: a member of the schema
+            value = json.loads(tok.decode(ids))
+            assert isinstance(value["name"], str)
+            ended += 1
+    assert ended >= 1
