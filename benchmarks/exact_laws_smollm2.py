@@ -17,7 +17,7 @@ import transformers
 from docs_section import DOCS, write_section
 from schemas import SCHEMAS, compiled
 
-from hf_fvo import GrammarTooLargeError
+from hf_fvo.errors import GrammarTooLargeError
 from hf_fvo.eval import TerminalLaw, sampling_law, sampling_law_on
 from hf_fvo.models import load_default_model, load_default_tokenizer
 from hf_fvo.phi import ExactPhi, PrefixLM

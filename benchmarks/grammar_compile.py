@@ -21,8 +21,8 @@ import outlines_core
 import torch
 import transformers
 
-from hf_fvo import Grammar, TokenVocabulary
-from hf_fvo.grammar import clear_cache
+from hf_fvo import Grammar
+from hf_fvo.grammar import TokenVocabulary, clear_cache
 from hf_fvo.models import load_default_tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -67,9 +67,9 @@ def exact_tvs(model, tokenizer, schema: dict, text: str, estimators: dict, tol: 
 
 
 def markov_rows(weights) -> list[dict]:
+    from hf_fvo.errors import GrammarTooLargeError
     from hf_fvo.eval import product_tv, sampled_product_tv
     from hf_fvo.eval.bench import load_suite, suite_grammar, suite_model
-    from hf_fvo.grammar import GrammarTooLargeError
 
     out = []
     for row in load_suite("paper"):

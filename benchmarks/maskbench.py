@@ -34,8 +34,8 @@ def main() -> None:
 
     from benchmarks.grammar_engines import ENGINES, Pool
     from hf_fvo import Grammar
+    from hf_fvo.errors import GrammarError
     from hf_fvo.eval.instances import accepting_serialization, in_schema_order, schema_key_order
-    from hf_fvo.grammar import GrammarError
     from hf_fvo.models import load_default_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -124,7 +124,7 @@ def main() -> None:
 
 
 def _prepares(schema) -> bool:
-    from hf_fvo.grammar import GrammarError
+    from hf_fvo.errors import GrammarError
     from hf_fvo.grammar.json_schema import prepare_json_schema
 
     try:

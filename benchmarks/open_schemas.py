@@ -145,7 +145,7 @@ def main() -> None:
     import transformers
 
     from benchmarks.realworld_generation import pick_schemas, prompt_ids
-    from hf_fvo import OutsideTrainingWarning
+    from hf_fvo.errors import OutsideTrainingWarning
     from hf_fvo.eval.reference import WeightedSample, importance_sample
     from hf_fvo.models import load_default_model, load_default_tokenizer
 

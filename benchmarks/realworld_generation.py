@@ -35,7 +35,7 @@ def pick_schemas(
     ``exclude`` (e.g. schemas some weights were trained on) are passed over where they fall in
     that order, so the others' order does not change."""
     from hf_fvo import Grammar
-    from hf_fvo.grammar import GrammarError
+    from hf_fvo.errors import GrammarError
 
     by_source: dict[str, list[dict]] = defaultdict(list)
     for row in rows:

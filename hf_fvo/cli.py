@@ -76,7 +76,8 @@ def demo(args: argparse.Namespace) -> int:
     import torch
     from transformers import LogitsProcessorList
 
-    from hf_fvo import Grammar, GrammarError
+    from hf_fvo import Grammar
+    from hf_fvo.errors import GrammarError
     from hf_fvo.generation import GrammarLogitsProcessor
     from hf_fvo.grammar.json_schema import prepare_json_schema
     from hf_fvo.models import chat_prompt
@@ -194,7 +195,8 @@ def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
 def audit(args: argparse.Namespace) -> int:
     """Exact (finite languages) or sampled audit of local masking on one grammar and prompt,
     printed and drawn to a PNG."""
-    from hf_fvo import Grammar, GrammarError
+    from hf_fvo import Grammar
+    from hf_fvo.errors import GrammarError
     from hf_fvo.eval import audit as run_audit
     from hf_fvo.eval import plot_audit
     from hf_fvo.grammar.json_schema import prepare_json_schema
@@ -409,7 +411,8 @@ def _schema_rows(path: str) -> list[dict]:
 def _open_rows(rows: list[dict], count: int) -> list[dict]:
     """``count`` rows whose schema compiles (pushdown) and is not known to be finite, taken from
     each source in turn (sources sorted by name, rows in file order)."""
-    from hf_fvo import Grammar, GrammarError
+    from hf_fvo import Grammar
+    from hf_fvo.errors import GrammarError
     from hf_fvo.models import load_default_tokenizer
 
     out: list[dict] = []
@@ -609,7 +612,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hf-fvo: error: {exc}", file=sys.stderr)
         return 2
     except ValueError as exc:  # hf_fvo's typed errors (GrammarError is a ValueError)
-        from hf_fvo.grammar import GrammarError
+        from hf_fvo.errors import GrammarError
 
         if not isinstance(exc, GrammarError):
             raise
@@ -624,7 +627,8 @@ if __name__ == "__main__":
 def _schema_grammar(schema, tokenizer, vocab_size: int):
     """The token automaton where the schema is regular (exact audits need one), else the
     pushdown grammar (sampled audits)."""
-    from hf_fvo import Grammar, UnsupportedSchemaError
+    from hf_fvo import Grammar
+    from hf_fvo.errors import UnsupportedSchemaError
 
     try:
         return Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size,

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_fvo.errors import GrammarTooLargeError, InvalidArgumentError
 from hf_fvo.eval.laws import TerminalLaw, sampling_law
-from hf_fvo.grammar import Grammar, GrammarTooLargeError
-from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.grammar import Grammar
 from hf_fvo.phi import ExactPhi, PrefixLM
 
 __all__ = ["AuditReport", "Branch", "audit"]

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_fvo.errors import GrammarTooLargeError, InvalidArgumentError
 from hf_fvo.eval.audit import _two_sample_tv
 from hf_fvo.eval.laws import TerminalLaw, sampling_law, sampling_law_on
 from hf_fvo.eval.product import product_tv
 from hf_fvo.eval.reference import importance_sample
-from hf_fvo.grammar import Grammar, GrammarTooLargeError, TokenVocabulary
-from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.grammar import Grammar, TokenVocabulary
 from hf_fvo.models.chat import chat_prompt
 from hf_fvo.phi import ExactPhi, PrefixLM
 

@@ -29,8 +29,8 @@ import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.grammar import Grammar, TokenVocabulary
-from hf_fvo.grammar.errors import InvalidArgumentError
 
 __all__ = ["accepting_serialization", "in_schema_order", "schema_key_order"]
 

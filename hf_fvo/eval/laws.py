@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.grammar import Grammar, GrammarTooLargeError, InfiniteLanguageError
-from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.errors import GrammarTooLargeError, InfiniteLanguageError, InvalidArgumentError
+from hf_fvo.grammar import Grammar
 from hf_fvo.phi import (
     ExactPhi,
     PhiContext,

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from hf_fvo.grammar import Grammar, GrammarTooLargeError
-from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.errors import GrammarTooLargeError, InvalidArgumentError
+from hf_fvo.grammar import Grammar
 from hf_fvo.phi import PhiContext, PhiEstimator, make_estimator
 
 __all__ = ["ProductComparison", "product_tv", "sampled_product_tv"]

@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_fvo.errors import InvalidArgumentError, check_int
 from hf_fvo.grammar import Grammar
-from hf_fvo.grammar.errors import InvalidArgumentError, check_int
 
 __all__ = [
     "RejectionSample",

@@ -16,6 +16,13 @@ import torch
 from transformers import GenerationMixin, LogitsProcessorList
 from transformers.generation.utils import GENERATION_MODES_MAPPING
 
+from hf_fvo.errors import (
+    ConstraintConflictError,
+    EmptyLanguageError,
+    InvalidArgumentError,
+    TokenizerError,
+    check_int,
+)
 from hf_fvo.generation.grammar_draft import GrammarCandidateGenerator, verifier_temperature
 from hf_fvo.generation.processors import FVOLogitsProcessor, left_padding
 from hf_fvo.generation.speculative import (
@@ -23,14 +30,7 @@ from hf_fvo.generation.speculative import (
     SpeculationStats,
     model_vocab_size,
 )
-from hf_fvo.grammar import (
-    ConstraintConflictError,
-    EmptyLanguageError,
-    Grammar,
-    InvalidArgumentError,
-    TokenizerError,
-)
-from hf_fvo.grammar.errors import check_int
+from hf_fvo.grammar import Grammar
 from hf_fvo.phi import PhiEstimator
 
 __all__ = ["generate"]

@@ -29,8 +29,8 @@ from typing import Any
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.generation.processors import FVOLogitsProcessor
-from hf_fvo.grammar import InvalidArgumentError
 
 __all__ = [
     "GrammarCandidateGenerator",

@@ -18,16 +18,16 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor
 
-from hf_fvo.grammar import (
+from hf_fvo.errors import (
     ConstraintConflictError,
-    Grammar,
     InvalidArgumentError,
     NonFiniteScoresError,
     OutOfGrammarError,
     TokenizerError,
+    check_int,
 )
+from hf_fvo.grammar import Grammar
 from hf_fvo.grammar.base import _NEG_INF_BITS
-from hf_fvo.grammar.errors import check_int
 from hf_fvo.phi import (
     Certificate,
     PhiContext,
@@ -55,9 +55,9 @@ class FVOLogitsProcessor(LogitsProcessor):
     temperature, top-k and top-p act on the reweighted scores (at temperature T the row samples
     ∝ (p·Φ̂)^{1/T}; exactness claims hold at T = 1 without truncation). If the scores reaching
     this processor leave no admissible token a finite score, it raises
-    :class:`~hf_fvo.ConstraintConflictError` rather than hand sampling a row with no finite score;
-    with ``beam_search = True`` (``hf_fvo.generate`` sets it) such a row is a beam the search
-    drops, and only a step that leaves every row so is an error.
+    :class:`~hf_fvo.errors.ConstraintConflictError` rather than hand sampling a row with no
+    finite score; with ``beam_search = True`` (``hf_fvo.generate`` sets it) such a row is a beam
+    the search drops, and only a step that leaves every row so is an error.
 
     Args:
         grammar (`Grammar`): The compiled grammar.

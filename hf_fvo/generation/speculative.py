@@ -25,6 +25,7 @@ from transformers.generation.candidate_generator import (
     _prepare_token_type_ids,
 )
 
+from hf_fvo.errors import InvalidArgumentError, TokenizerError, check_int
 from hf_fvo.generation.grammar_draft import (
     MAX_KNOWN_RUN,
     common_prefix,
@@ -35,8 +36,6 @@ from hf_fvo.generation.grammar_draft import (
     verifier_temperature,
 )
 from hf_fvo.generation.processors import FVOLogitsProcessor
-from hf_fvo.grammar import InvalidArgumentError, TokenizerError
-from hf_fvo.grammar.errors import check_int
 from hf_fvo.phi import PhiEstimator, admissible_mask
 
 __all__ = ["GrammarAwareCandidateGenerator", "SpeculationStats"]

@@ -9,47 +9,17 @@ caller holds (or a :class:`GrammarMatcher`).
 from hf_fvo.grammar.automaton import TokenAutomaton, TransitionGroups
 from hf_fvo.grammar.base import Grammar, GrammarMatcher
 from hf_fvo.grammar.compile import clear_cache
-from hf_fvo.grammar.errors import (
-    ConstraintConflictError,
-    EmptyLanguageError,
-    GrammarError,
-    GrammarTooLargeError,
-    InfiniteLanguageError,
-    InvalidArgumentError,
-    InvalidGrammarError,
-    InvalidRegexError,
-    NonFiniteScoresError,
-    OutOfGrammarError,
-    OutsideTrainingWarning,
-    TokenizerError,
-    UnsupportedSchemaError,
-    WeightsMismatchError,
-)
 from hf_fvo.grammar.pushdown import PushdownGrammar
 from hf_fvo.grammar.trie import TokenTrie
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
 __all__ = [
-    "ConstraintConflictError",
-    "EmptyLanguageError",
     "Grammar",
-    "GrammarError",
     "GrammarMatcher",
-    "GrammarTooLargeError",
-    "InfiniteLanguageError",
-    "InvalidArgumentError",
-    "InvalidGrammarError",
-    "InvalidRegexError",
-    "NonFiniteScoresError",
-    "OutOfGrammarError",
-    "OutsideTrainingWarning",
     "PushdownGrammar",
     "TokenAutomaton",
     "TokenTrie",
     "TokenVocabulary",
-    "TokenizerError",
     "TransitionGroups",
-    "UnsupportedSchemaError",
-    "WeightsMismatchError",
     "clear_cache",
 ]

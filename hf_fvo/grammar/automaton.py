@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
+from hf_fvo.errors import GrammarError, InvalidArgumentError
 from hf_fvo.grammar.base import Grammar
-from hf_fvo.grammar.errors import GrammarError, InvalidArgumentError
 
 if TYPE_CHECKING:
     from hf_fvo.grammar.trie import TokenTrie

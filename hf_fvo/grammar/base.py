@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from hf_fvo.grammar.errors import GrammarError, InvalidArgumentError, check_int
+from hf_fvo.errors import GrammarError, InvalidArgumentError, check_int
 
 if TYPE_CHECKING:
     from hf_fvo.grammar.trie import TokenTrie
@@ -552,7 +552,7 @@ class Grammar(ABC):
             >>> tok = load_default_tokenizer()
             >>> Grammar.from_choices(["a"], tok).check_tokenizer(tok)
         """
-        from hf_fvo.grammar.errors import TokenizerError
+        from hf_fvo.errors import TokenizerError
         from hf_fvo.grammar.vocabulary import TokenVocabulary
 
         vocab = (

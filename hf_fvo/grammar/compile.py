@@ -21,9 +21,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from hf_fvo.grammar.automaton import TokenAutomaton
-from hf_fvo.grammar.cache import Memo, clear_all, vocabulary_of
-from hf_fvo.grammar.errors import (
+from hf_fvo.errors import (
     EmptyLanguageError,
     GrammarError,
     GrammarTooLargeError,
@@ -31,6 +29,8 @@ from hf_fvo.grammar.errors import (
     TokenizerError,
     check_int,
 )
+from hf_fvo.grammar.automaton import TokenAutomaton
+from hf_fvo.grammar.cache import Memo, clear_all, vocabulary_of
 from hf_fvo.grammar.sources import GrammarSource, regex_problem
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 

@@ -27,7 +27,7 @@ import json
 import math
 from typing import Any
 
-from hf_fvo.grammar.errors import UnsupportedSchemaError
+from hf_fvo.errors import UnsupportedSchemaError
 
 __all__ = ["schema_regex"]
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
-from hf_fvo.grammar.errors import GrammarError, UnsupportedSchemaError
+from hf_fvo.errors import GrammarError, UnsupportedSchemaError
 from hf_fvo.grammar.formats import FORMATS, REFUSED_FORMATS, format_schema
 
 __all__ = ["PreparedSchema", "has_finite_language", "load_json_schema", "prepare_json_schema"]

@@ -27,9 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.grammar.base import Grammar, bias_bits
-from hf_fvo.grammar.cache import Memo, vocabulary_of
-from hf_fvo.grammar.errors import (
+from hf_fvo.errors import (
     EmptyLanguageError,
     GrammarError,
     GrammarTooLargeError,
@@ -38,6 +36,8 @@ from hf_fvo.grammar.errors import (
     InvalidRegexError,
     UnsupportedSchemaError,
 )
+from hf_fvo.grammar.base import Grammar, bias_bits
+from hf_fvo.grammar.cache import Memo, vocabulary_of
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
 __all__ = [

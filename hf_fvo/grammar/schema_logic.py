@@ -36,7 +36,7 @@ import math
 import re
 from typing import Any
 
-from hf_fvo.grammar.errors import UnsupportedSchemaError
+from hf_fvo.errors import UnsupportedSchemaError
 
 __all__ = ["apply_strict", "disjoint", "negate", "rewrite_logic"]
 

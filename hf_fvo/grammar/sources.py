@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from hf_fvo.grammar.errors import (
+from hf_fvo.errors import (
     EmptyLanguageError,
     GrammarTooLargeError,
     InvalidArgumentError,

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from hf_fvo.errors import InvalidArgumentError, check_int
 from hf_fvo.grammar.automaton import TokenAutomaton
-from hf_fvo.grammar.errors import InvalidArgumentError, check_int
 
 __all__ = ["budget_language", "from_transitions"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from hf_fvo.grammar.errors import (
+from hf_fvo.errors import (
     EmptyLanguageError,
     GrammarTooLargeError,
     InfiniteLanguageError,

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from hf_fvo.grammar.errors import TokenizerError
+from hf_fvo.errors import TokenizerError
 
 __all__ = ["TokenVocabulary", "gpt2_byte_decoder"]
 

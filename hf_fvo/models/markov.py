@@ -27,7 +27,7 @@ from transformers import (
 )
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.errors import InvalidArgumentError
 
 __all__ = ["MarkovConfig", "MarkovLM"]
 

@@ -1,6 +1,6 @@
 """Future-validity estimators Φ̂ behind one interface (:class:`PhiEstimator`)."""
 
-from hf_fvo.grammar import InvalidArgumentError
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.phi.base import (
     Certificate,
     PhiContext,

@@ -18,8 +18,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from hf_fvo.grammar import Grammar, GrammarError
-from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.errors import GrammarError, InvalidArgumentError
+from hf_fvo.grammar import Grammar
 
 __all__ = [
     "Certificate",

@@ -19,8 +19,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.grammar import Grammar, GrammarTooLargeError, InfiniteLanguageError
-from hf_fvo.grammar.errors import InvalidArgumentError, check_int, check_real
+from hf_fvo.errors import (
+    GrammarTooLargeError,
+    InfiniteLanguageError,
+    InvalidArgumentError,
+    check_int,
+    check_real,
+)
+from hf_fvo.grammar import Grammar
 from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 from hf_fvo.phi.frontier import BestFirstFrontier
 from hf_fvo.phi.lm import PrefixLM

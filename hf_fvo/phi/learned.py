@@ -9,8 +9,8 @@ worse than masking on its own data. :class:`LearnedPhi` is the estimator (``phi=
 Checkpoints are Hub folders written by huggingface_hub's :class:`~huggingface_hub.ModelHubMixin`:
 ``model.safetensors`` (only safetensors are read), ``config.json`` (architecture, the base models
 and tokenizers it was trained for, training data, metrics) and a model card. A checkpoint used
-with another tokenizer or base model raises :class:`~hf_fvo.WeightsMismatchError`. The package
-ships weights for the embedded SmolLM2 (``phi="learned"`` uses them, offline).
+with another tokenizer or base model raises :class:`~hf_fvo.errors.WeightsMismatchError`. The
+package ships weights for the embedded SmolLM2 (``phi="learned"`` uses them, offline).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any
 import torch
 from huggingface_hub import ModelHubMixin, hf_hub_download
 
-from hf_fvo.grammar import Grammar
-from hf_fvo.grammar.errors import (
+from hf_fvo.errors import (
     InvalidArgumentError,
     OutsideTrainingWarning,
     WeightsMismatchError,
 )
+from hf_fvo.grammar import Grammar
 from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 from hf_fvo.phi.features import FEATURE_NAMES, candidate_features
 
@@ -185,7 +185,7 @@ class PhiModel(
         return torch.nn.functional.logsigmoid((self.linear(x) + self.mlp(x)).squeeze(-1))
 
     def check(self, grammar: Grammar, model: Any = None) -> None:
-        """Raise :class:`~hf_fvo.WeightsMismatchError` unless these weights were trained for
+        """Raise :class:`~hf_fvo.errors.WeightsMismatchError` unless these weights were trained for
         ``grammar``'s tokenizer and (when given) ``model``."""
         if self.tokenizers and grammar.tokenizer_fingerprint not in self.tokenizers:
             raise WeightsMismatchError(
@@ -297,7 +297,7 @@ class LearnedPhi(PhiEstimator):
     Weights trained on finite languages only (``PhiModel.domain == "finite"``) are not used on a
     grammar whose language is not known to be finite: there the estimator is masking (Φ̂ ≡ 1,
     :attr:`is_masking`; its samples equal ``phi="uniform"``'s) and an
-    :class:`~hf_fvo.OutsideTrainingWarning` says so once, at construction. (Measured: on open
+    :class:`~hf_fvo.errors.OutsideTrainingWarning` says so once, at construction. (Measured: on open
     real schemas such weights drove most outputs to the token cap; docs/benchmarks.md.) Without
     ``weights``, :func:`default_weights` picks the shipped checkpoint that covers the grammar:
     the finite-language one where the language is known to be finite, else the one trained on

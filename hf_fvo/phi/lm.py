@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.models.cache import cache_argument, output_cache
 
 __all__ = ["PrefixLM"]

@@ -18,8 +18,8 @@ import math
 
 import torch
 
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.grammar import Grammar, TokenAutomaton
-from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 
 __all__ = ["OneStepPhi"]

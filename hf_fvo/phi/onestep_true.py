@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.grammar import Grammar
-from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi.base import PhiContext, admissible_mask
 from hf_fvo.phi.lm import PrefixLM
 from hf_fvo.phi.onestep import OneStepPhi

@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.grammar import Grammar
-from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.phi.base import PhiContext
 from hf_fvo.phi.onestep import OneStepPhi
 

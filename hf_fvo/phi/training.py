@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.grammar.errors import InvalidArgumentError
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.phi.labels import Label
 from hf_fvo.phi.learned import PhiModel
 

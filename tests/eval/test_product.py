@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from hf_fvo import Grammar
+from hf_fvo.errors import GrammarTooLargeError
 from hf_fvo.eval import grammar_conditional_law, product_tv, sampling_law
-from hf_fvo.grammar import GrammarTooLargeError, TokenVocabulary
+from hf_fvo.grammar import TokenVocabulary
 from hf_fvo.models import MarkovLM, tiny_random_llama
 from hf_fvo.phi import MarkovExactPhi
 

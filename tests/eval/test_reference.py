@@ -11,6 +11,7 @@ import torch
 from scipy import stats
 
 from hf_fvo import Grammar
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.eval import grammar_conditional_law, sampling_law
 from hf_fvo.eval.reference import (
     WeightedSample,
@@ -19,7 +20,6 @@ from hf_fvo.eval.reference import (
     rejection_sample,
     sequence_log_probs,
 )
-from hf_fvo.grammar.errors import InvalidArgumentError
 from hf_fvo.models import tiny_random_llama
 from hf_fvo.phi import UniformPhi
 

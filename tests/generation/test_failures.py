@@ -12,11 +12,10 @@ import torch
 from transformers import GenerationConfig
 
 import hf_fvo
-from hf_fvo import (
+from hf_fvo import FVOLogitsProcessor, Grammar
+from hf_fvo.errors import (
     ConstraintConflictError,
     EmptyLanguageError,
-    FVOLogitsProcessor,
-    Grammar,
     GrammarTooLargeError,
     InvalidArgumentError,
     NonFiniteScoresError,

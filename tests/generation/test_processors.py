@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import LogitsProcessorList
 
-from hf_fvo import Grammar, InvalidArgumentError, OutOfGrammarError, TokenizerError
+from hf_fvo import Grammar
+from hf_fvo.errors import InvalidArgumentError, OutOfGrammarError, TokenizerError
 from hf_fvo.generation import GrammarLogitsProcessor
 from hf_fvo.models import tiny_random_llama
 

@@ -13,7 +13,7 @@ import torch
 from transformers import LogitsProcessorList
 
 import hf_fvo
-from hf_fvo import InvalidArgumentError
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.eval import empirical_tv, null_tv_percentiles
 from hf_fvo.generation import FVOLogitsProcessor, GrammarAwareCandidateGenerator
 from hf_fvo.phi import ExactPhi

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from hf_fvo import TokenVocabulary
+from hf_fvo.grammar import TokenVocabulary
 from tests.grammar.bruteforce import bfs_states
 from tests.grammar.cases import CASE_IDS, CASES, CHOICES
 

@@ -9,8 +9,8 @@ from collections import deque
 import pytest
 import torch
 
-from hf_fvo import Grammar, GrammarError, TokenVocabulary
-from hf_fvo.grammar import clear_cache
+from hf_fvo import Grammar, GrammarError
+from hf_fvo.grammar import TokenVocabulary, clear_cache
 from tests.grammar.bruteforce import bfs_states
 from tests.grammar.cases import CASE_IDS, CASES, NESTED_SCHEMA
 

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from hf_fvo import (
+from hf_fvo import Grammar, GrammarError
+from hf_fvo.errors import (
     ConstraintConflictError,
     EmptyLanguageError,
-    Grammar,
-    GrammarError,
     GrammarTooLargeError,
+    InfiniteLanguageError,
+    InvalidArgumentError,
     InvalidRegexError,
     NonFiniteScoresError,
+    OutOfGrammarError,
     TokenizerError,
     UnsupportedSchemaError,
 )
-from hf_fvo.grammar import InfiniteLanguageError, InvalidArgumentError, OutOfGrammarError
 
 
 def test_every_error_is_a_grammar_error_and_a_value_error():

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hf_fvo import Grammar
-from hf_fvo.grammar import EmptyLanguageError, UnsupportedSchemaError
+from hf_fvo.errors import EmptyLanguageError, UnsupportedSchemaError
 
 CASES = {
     "allOf intersects": (

@@ -9,7 +9,8 @@ import regex
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hf_fvo import Grammar, GrammarError, TokenVocabulary
+from hf_fvo import Grammar, GrammarError
+from hf_fvo.grammar import TokenVocabulary
 
 ATOMS = ["a", "b", "c", " ", "[ab]", "[^a]", ".", r"\.", "[0-9]", "é"]
 

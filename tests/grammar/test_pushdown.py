@@ -12,14 +12,9 @@ from collections import deque
 import pytest
 import torch
 
-from hf_fvo import Grammar, TokenVocabulary
-from hf_fvo.grammar import (
-    GrammarError,
-    GrammarMatcher,
-    InvalidArgumentError,
-    InvalidGrammarError,
-    PushdownGrammar,
-)
+from hf_fvo import Grammar
+from hf_fvo.errors import GrammarError, InvalidArgumentError, InvalidGrammarError
+from hf_fvo.grammar import GrammarMatcher, PushdownGrammar, TokenVocabulary
 from tests.grammar.cases import AC_BUG, CHOICES, EMAIL, NESTED_SCHEMA
 
 BFS_STATES = 120

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from hf_fvo import Grammar
+from hf_fvo.errors import EmptyLanguageError, UnsupportedSchemaError
 from hf_fvo.eval.instances import accepting_serialization, in_schema_order, schema_key_order
-from hf_fvo.grammar import EmptyLanguageError, UnsupportedSchemaError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 JSB = [json.loads(line) for line in (DATA / "jsonschemabench_slice.jsonl").open()]

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hf_fvo import EmptyLanguageError, Grammar, GrammarError
+from hf_fvo import Grammar, GrammarError
+from hf_fvo.errors import EmptyLanguageError
 from hf_fvo.eval.instances import accepting_serialization
 
 UNIVERSE = [

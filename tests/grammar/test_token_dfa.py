@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hf_fvo import Grammar
-from hf_fvo.grammar import EmptyLanguageError, GrammarError
+from hf_fvo.errors import EmptyLanguageError, GrammarError
 
 
 @settings(max_examples=40, deadline=None)

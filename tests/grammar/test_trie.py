@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from hf_fvo import (
-    EmptyLanguageError,
-    Grammar,
-    GrammarTooLargeError,
-    InfiniteLanguageError,
-    TokenVocabulary,
-)
+from hf_fvo import Grammar
+from hf_fvo.errors import EmptyLanguageError, GrammarTooLargeError, InfiniteLanguageError
+from hf_fvo.grammar import TokenVocabulary
 
 CHOICES = ["ok", "error", "not found"]
 

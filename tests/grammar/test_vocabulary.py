@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from hf_fvo import TokenizerError, TokenVocabulary
+from hf_fvo.errors import TokenizerError
+from hf_fvo.grammar import TokenVocabulary
 
 
 def test_token_bytes_reproduce_the_tokenizers_decoding(tokenizer):

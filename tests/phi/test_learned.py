@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from hf_fvo import Grammar, OutsideTrainingWarning, WeightsMismatchError
+from hf_fvo import Grammar
+from hf_fvo.errors import OutsideTrainingWarning, WeightsMismatchError
 from hf_fvo.grammar import TokenVocabulary
 from hf_fvo.models import MarkovLM, tiny_random_llama
 from hf_fvo.phi import LearnedPhi, MarkovExactPhi, PhiContext, PhiModel, make_estimator

@@ -7,8 +7,8 @@ import torch
 
 import hf_fvo
 from hf_fvo import Grammar
+from hf_fvo.errors import GrammarError
 from hf_fvo.generation import FVOLogitsProcessor
-from hf_fvo.grammar import GrammarError
 from hf_fvo.phi import (
     ExactPhi,
     GatedPhi,

@@ -18,8 +18,8 @@ _OWN = ("draft_phi", "grammar_draft", "num_assistant_tokens", "prompt_length")
 
 
 def generate(model: Any, *args: Any, **kwargs: Any) -> Any:
+    from hf_fvo.errors import InvalidArgumentError
     from hf_fvo.generation import generate as fvo_generate
-    from hf_fvo.grammar import InvalidArgumentError
 
     if kwargs.get("grammar") is None:
         raise InvalidArgumentError(

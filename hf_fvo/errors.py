@@ -98,13 +98,13 @@ def check_int(
     """``value`` as an int ≥ ``minimum``, or :class:`InvalidArgumentError` naming ``name``.
 
     Example:
-        >>> from hf_fvo.grammar.errors import check_int
+        >>> from hf_fvo.errors import check_int
         >>> check_int("max_nodes", 10, minimum=1)
         10
         >>> check_int("max_nodes", "many")
         Traceback (most recent call last):
         ...
-        hf_fvo.grammar.errors.InvalidArgumentError: max_nodes must be an int ≥ 0, got 'many'
+        hf_fvo.errors.InvalidArgumentError: max_nodes must be an int ≥ 0, got 'many'
     """
     if value is None and optional:
         return None
@@ -130,7 +130,7 @@ def check_real(
     """``value`` as a finite float in the interval, or :class:`InvalidArgumentError`.
 
     Example:
-        >>> from hf_fvo.grammar.errors import check_real
+        >>> from hf_fvo.errors import check_real
         >>> check_real("tol", 1e-9, low=0.0, high=1.0, high_open=True)
         1e-09
     """
