@@ -12,7 +12,6 @@ error δ. All products are in log space, so Φ down to 1e-300 is exact.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +26,7 @@ from hf_fvo.errors import (
     check_real,
 )
 from hf_fvo.grammar import Grammar
+from hf_fvo.lru import LRU
 from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
 from hf_fvo.phi.frontier import BestFirstFrontier
 from hf_fvo.phi.lm import PrefixLM
@@ -148,9 +148,9 @@ class ExactPhi(PhiEstimator):
         self.max_stored = check_int("max_stored", max_stored, minimum=1)
         self.lm = PrefixLM.wrap(model, batch_size=check_int("batch_size", batch_size, minimum=1))
         # explorations per (prompt, budget at the root), least recently used first
-        self._explorations: OrderedDict[
-            tuple[tuple[int, ...], int | None], list[TrieExploration]
-        ] = OrderedDict()
+        self._explorations: LRU[tuple[tuple[int, ...], int | None], list[TrieExploration]] = LRU(
+            self.max_prompts
+        )
 
     # -- interface ------------------------------------------------------------------------------
 
@@ -228,8 +228,6 @@ class ExactPhi(PhiEstimator):
             )
         key = self._key(ctx.prompt, ctx.generated, ctx.remaining)
         budget = key[1]
-        if key in self._explorations:
-            self._explorations.move_to_end(key)
         exploration = self._covering(key, ctx.generated)
         if exploration is not None:
             return exploration
@@ -240,9 +238,7 @@ class ExactPhi(PhiEstimator):
                 "finite): the exact estimator needs a token budget (max_new_tokens)"
             )
         exploration = self._explore(ctx.prompt, ctx.generated, ctx.state, root_budget)
-        self._explorations.setdefault(key, []).append(exploration)
-        while len(self._explorations) > self.max_prompts:
-            self._explorations.popitem(last=False)
+        self._explorations.put(key, [*self._explorations.get(key, []), exploration])
         return exploration
 
     def _key(

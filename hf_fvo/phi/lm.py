@@ -11,13 +11,13 @@ position.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from hf_fvo.errors import InvalidArgumentError
+from hf_fvo.lru import LRU
 from hf_fvo.models.cache import cache_argument, output_cache
 
 __all__ = ["PrefixLM"]
@@ -60,9 +60,12 @@ class PrefixLM:
         self.kv_bytes = int(kv_bytes)
         self.forwards = 0  # prefixes evaluated, for cost accounting
         self.incremental = 0  # of which ran as one token over stored ancestors
-        self._rows: OrderedDict[tuple[Prefix, Prefix], tuple[torch.Tensor, float]] = OrderedDict()
+        self._rows: LRU[tuple[Prefix, Prefix], tuple[torch.Tensor, float]] = LRU(
+            max(self.cache_rows, 1)
+        )
         self._prompt: tuple[Prefix, Any, torch.Tensor] | None = None
-        self._kv: OrderedDict[Prefix, torch.Tensor] = OrderedDict()  # (layers, 2, heads, dim)
+        # (layers, 2, heads, dim) per prefix; sized from kv_bytes once the first entry is known
+        self._kv: LRU[Prefix, torch.Tensor] = LRU(1)
 
     @staticmethod
     def wrap(model: Any, **kwargs: Any) -> PrefixLM:
@@ -87,7 +90,6 @@ class PrefixLM:
         for i, k in enumerate(keys):
             hit = self._rows.get((prompt, k))
             if hit is not None:
-                self._rows.move_to_end((prompt, k))
                 rows[i] = hit[0].double() - hit[1]
             else:
                 todo.setdefault(k, []).append(i)
@@ -101,9 +103,7 @@ class PrefixLM:
                 for i in todo[k]:
                     rows[i] = row
                 if self.cache_rows:
-                    self._rows[(prompt, k)] = (row_logits.clone(), z)  # not a view of the batch
-                    while len(self._rows) > self.cache_rows:
-                        self._rows.popitem(last=False)
+                    self._rows.put((prompt, k), (row_logits.clone(), z))  # not a view of the batch
         return torch.stack(rows) if rows else torch.empty(0)
 
     # -- forwards -------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ class PrefixLM:
     def _step_forward(self, cache: Any, n_prompt: int, batch: list[Prefix]) -> torch.Tensor:
         """One new token per row, attending to the prompt and its ancestors' stored keys."""
         width = max(len(p) for p in batch) - 1  # stored ancestors per row, right-padded
-        first = next(iter(self._kv.values())) if self._kv else None
+        first = self._kv.get(max(batch, key=len)[:1]) if width else None  # shape and dtype
         shared = _expanded(cache, len(batch))
         mask = torch.zeros(len(batch), n_prompt + width + 1, dtype=torch.long)
         mask[:, :n_prompt] = 1
@@ -176,8 +176,7 @@ class PrefixLM:
             path = first.new_zeros((len(batch), width, *first.shape))
             for r, p in enumerate(batch):
                 for j in range(len(p) - 1):
-                    path[r, j] = self._kv[p[: j + 1]]
-                    self._kv.move_to_end(p[: j + 1])
+                    path[r, j] = self._kv.get(p[: j + 1])
                 mask[r, n_prompt : n_prompt + len(p) - 1] = 1
             for layer_idx, layer in enumerate(shared.layers):
                 # (batch, width, heads, dim) → (batch, heads, width, dim)
@@ -210,9 +209,10 @@ class PrefixLM:
                 for layer in cache.layers
             ]
         ).cpu()
-        self._kv[prefix] = kv
-        while len(self._kv) * kv.numel() * kv.element_size() > self.kv_bytes:
-            self._kv.popitem(last=False)
+        room = self.kv_bytes // (kv.numel() * kv.element_size())
+        if room:
+            self._kv.size = room
+            self._kv.put(prefix, kv)
 
 
 def _is_plain_cache(cache: Any) -> bool:
