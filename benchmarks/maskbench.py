@@ -125,7 +125,7 @@ def main() -> None:
 
 def _prepares(schema) -> bool:
     from hf_fvo.errors import GrammarError
-    from hf_fvo.grammar.json_schema import prepare_json_schema
+    from hf_fvo.grammar import prepare_json_schema
 
     try:
         prepare_json_schema(schema, strict=False)

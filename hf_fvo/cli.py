@@ -79,7 +79,7 @@ def demo(args: argparse.Namespace) -> int:
     from hf_fvo import Grammar
     from hf_fvo.errors import GrammarError
     from hf_fvo.generation import GrammarLogitsProcessor
-    from hf_fvo.grammar.json_schema import prepare_json_schema
+    from hf_fvo.grammar import prepare_json_schema
     from hf_fvo.models import chat_prompt
 
     schema = _schema(args.schema)
@@ -199,7 +199,7 @@ def audit(args: argparse.Namespace) -> int:
     from hf_fvo.errors import GrammarError
     from hf_fvo.eval import audit as run_audit
     from hf_fvo.eval import plot_audit
-    from hf_fvo.grammar.json_schema import prepare_json_schema
+    from hf_fvo.grammar import prepare_json_schema
     from hf_fvo.grammar.sources import regex_source
     from hf_fvo.models import chat_prompt
 

@@ -174,7 +174,7 @@ def schema_key_order(schema: Any) -> list[str]:
         >>> schema_key_order({"properties": {"b": {}, "a": {"properties": {"c": {}}}}})
         ['b', 'a', 'c']
     """
-    from hf_fvo.grammar.json_schema import prepare_json_schema
+    from hf_fvo.grammar import prepare_json_schema
 
     order: list[str] = []
     stack = [prepare_json_schema(schema, strict=False).schema]

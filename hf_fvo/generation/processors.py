@@ -27,7 +27,7 @@ from hf_fvo.errors import (
     check_int,
 )
 from hf_fvo.grammar import Grammar
-from hf_fvo.grammar.base import _NEG_INF_BITS
+from hf_fvo.grammar.interface import BIAS_DTYPES
 from hf_fvo.phi import (
     Certificate,
     PhiContext,
@@ -314,7 +314,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         A_t, applies the budget fallback or raises."""
         vocab = self.grammar.vocab_size
         kept = out[r, :vocab]
-        if scores.device.type == "cpu" and scores.dtype in _NEG_INF_BITS:
+        if scores.device.type == "cpu" and scores.dtype in BIAS_DTYPES:
             # scores + (0 on A_t, −inf elsewhere): a third of torch.where's time on a CPU, and
             # in numpy where it can (single-threaded: no thread-pool round trip for 50k floats)
             bias = self.grammar.admissible_bias(state, remaining, scores.dtype)

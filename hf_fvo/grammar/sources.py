@@ -1,4 +1,5 @@
-"""Grammar sources: regex, JSON schema, choices and bounded Dyck, each lowered to one regex.
+"""Grammar sources for the automaton backend: regexes, choices and bounded Dyck languages, each
+lowered to one regex (JSON schemas are lowered by :func:`hf_fvo.grammar.schema.schema_regex`).
 
 A :class:`GrammarSource` is the hashable description the compile cache is keyed by; building
 one validates the input, so bad grammars fail here with a typed error before any compilation.
@@ -6,7 +7,6 @@ one validates the input, so bad grammars fail here with a typed error before any
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,8 +24,8 @@ __all__ = [
     "choices_source",
     "dyck_source",
     "escape_literal",
-    "json_schema_source",
     "regex_source",
+    "shorten",
 ]
 
 # Characters with a meaning in Rust regex syntax outside classes. Escaping other punctuation
@@ -49,41 +49,6 @@ class GrammarSource:
     description: str
 
 
-def regex_problem(pattern: str) -> str | None:
-    """What is wrong with ``pattern`` as a Rust-syntax regex (the ``regex-syntax`` parser's own
-    words, via llguidance), or ``None`` if it parses.
-
-    Example:
-        >>> from hf_fvo.grammar.sources import regex_problem
-        >>> regex_problem("a(?=b)")
-        'look-around, including look-ahead and look-behind, is not supported'
-        >>> regex_problem("[a-z]+") is None
-        True
-    """
-    import llguidance
-
-    try:
-        body = llguidance.regex_to_lark(pattern, "")
-        message = llguidance.LLMatcher.validate_grammar(f"start: /{body}/", None)
-    except Exception as exc:  # the converter raises plain exceptions
-        return str(exc) or type(exc).__name__
-    if not message or "error" not in message.lower():
-        return None
-    found = re.search(r"error: ([^\n|]*)", message)
-    return (found.group(1) if found else " ".join(message.split())).strip()[:300]
-
-
-def check_whitespace(whitespace: str | None) -> None:
-    """Refuse a ``whitespace`` argument that is not ``None`` or a valid regex."""
-    if whitespace is None:
-        return
-    if not isinstance(whitespace, str):
-        raise InvalidArgumentError(f"whitespace must be a regex str or None, not {whitespace!r}")
-    problem = regex_problem(whitespace)
-    if problem:
-        raise InvalidRegexError(f"whitespace={whitespace!r} is not a valid regex: {problem}")
-
-
 def escape_literal(text: str) -> str:
     """Escape ``text`` so the regex matches it literally."""
     return "".join("\\" + c if c in _META else c for c in text)
@@ -95,7 +60,7 @@ def regex_source(pattern: Any) -> GrammarSource:
         pattern = pattern.pattern
     if not isinstance(pattern, str):
         raise InvalidRegexError(f"a regex must be a str, got {type(pattern).__name__}")
-    return GrammarSource("regex", pattern, f"regex {_shorten(pattern)}")
+    return GrammarSource("regex", pattern, f"regex {shorten(pattern)}")
 
 
 def choices_source(choices: Iterable[str]) -> GrammarSource:
@@ -112,7 +77,7 @@ def choices_source(choices: Iterable[str]) -> GrammarSource:
     if not items:
         raise EmptyLanguageError("choices is empty: the language has no member")
     regex = "(?:" + "|".join(escape_literal(c) for c in items) + ")"
-    return GrammarSource("choices", regex, f"choices {_shorten(repr(items))}")
+    return GrammarSource("choices", regex, f"choices {shorten(repr(items))}")
 
 
 def dyck_source(depth: int, brackets: str = "()", max_stacks: int = 100_000) -> GrammarSource:
@@ -149,30 +114,5 @@ def dyck_source(depth: int, brackets: str = "()", max_stacks: int = 100_000) -> 
     return GrammarSource("dyck", inner, f"dyck depth={depth} brackets={brackets!r}")
 
 
-def json_schema_source(
-    schema: Any, whitespace: str | None = None, *, strict: bool = True
-) -> GrammarSource:
-    """A regular JSON schema (dict, JSON string, Pydantic model…) as one regex; see
-    :mod:`hf_fvo.grammar.json_regex` for the subset lowered.
-
-    Raises:
-        UnsupportedSchemaError: an assertion that cannot be enforced exactly, or a construct
-            the automaton lowering does not cover (compile those with the pushdown backend).
-    """
-    from hf_fvo.grammar.json_regex import schema_regex
-    from hf_fvo.grammar.json_schema import prepare_json_schema
-
-    check_whitespace(whitespace)
-    prepared = prepare_json_schema(schema, strict=strict)
-    if prepared.schema is False:
-        raise EmptyLanguageError("the schema is `false`: it admits nothing")
-    regex = schema_regex(prepared.schema, "[ ]?" if whitespace is None else whitespace)
-    ws = "default" if whitespace is None else repr(whitespace)
-    mode = "" if strict else " strict=False"
-    return GrammarSource(
-        "json_schema", regex, f"json_schema {_shorten(prepared.text)} whitespace={ws}{mode}"
-    )
-
-
-def _shorten(text: str, limit: int = 60) -> str:
+def shorten(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -17,9 +17,15 @@ import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from hf_fvo.errors import TokenizerError
+from hf_fvo.errors import TokenizerError, check_int
 
-__all__ = ["TokenVocabulary", "gpt2_byte_decoder"]
+__all__ = [
+    "BRACKETS",
+    "TokenVocabulary",
+    "gpt2_byte_decoder",
+    "resolve_vocab_size",
+    "vocabulary_of",
+]
 
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 
@@ -170,6 +176,50 @@ class TokenVocabulary:
             _VOCAB_CACHE[tokenizer] = (key, vocab)
         return vocab
 
+
+def vocabulary_of(
+    tokenizer: Any, eos_token_id: int | Sequence[int] | None = None
+) -> TokenVocabulary:
+    """The token bytes of ``tokenizer`` (:meth:`TokenVocabulary.from_tokenizer`), or
+    ``tokenizer`` itself when it is a :class:`TokenVocabulary` already.
+
+    Example:
+        >>> from hf_fvo.grammar.vocabulary import BRACKETS, vocabulary_of
+        >>> vocabulary_of(BRACKETS) is BRACKETS
+        True
+    """
+    if isinstance(tokenizer, TokenVocabulary):
+        return tokenizer
+    return TokenVocabulary.from_tokenizer(tokenizer, eos_token_id)
+
+
+def resolve_vocab_size(vocab: TokenVocabulary, vocab_size: int | None) -> int:
+    """The mask length: ``vocab_size`` checked against the vocabulary (default: its length).
+
+    Raises:
+        TokenizerError: ``vocab_size`` would cut off ids that spell text, or an EOS id.
+
+    Example:
+        >>> from hf_fvo.grammar.vocabulary import BRACKETS, resolve_vocab_size
+        >>> resolve_vocab_size(BRACKETS, None), resolve_vocab_size(BRACKETS, 8)
+        (4, 8)
+    """
+    if vocab_size is None:
+        return len(vocab)
+    check_int("vocab_size", vocab_size, minimum=1)
+    if vocab_size < len(vocab):
+        cut = [i for i in range(vocab_size, len(vocab)) if vocab.token_bytes[i] is not None]
+        if cut or any(e >= vocab_size for e in vocab.eos_token_ids):
+            raise TokenizerError(
+                f"vocab_size={vocab_size} is smaller than the tokenizer's {len(vocab)} ids "
+                "and would cut off usable tokens; pass model.config.vocab_size"
+            )
+    return vocab_size
+
+
+BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])
+"""The four-token world of the Markov oracles: ``(`` 0, ``)`` 1, EOS 2 and BOS 3 (Dyck
+languages under :class:`~hf_fvo.models.MarkovLM`: benchmark suites, tests, learned-Φ labels)."""
 
 _VOCAB_CACHE: weakref.WeakKeyDictionary[Any, tuple[Any, TokenVocabulary]] = (
     weakref.WeakKeyDictionary()

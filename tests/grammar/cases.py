@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hf_fvo import Grammar
+from hf_fvo.grammar.compiler import json_schema_source
 from hf_fvo.grammar.sources import (
     GrammarSource,
     choices_source,
     dyck_source,
-    json_schema_source,
     regex_source,
 )
 from tests.grammar.bruteforce import DyckOracle, Oracle

@@ -335,7 +335,8 @@ OPEN = [
 )
 def test_finite_languages_are_recognised_from_the_schema(smol_tokenizer, schema, finite):
     # a finite claim must hold: the token automaton of the same schema has no cycle
-    from hf_fvo.grammar.json_schema import has_finite_language, prepare_json_schema
+    from hf_fvo.grammar import prepare_json_schema
+    from hf_fvo.grammar.schema import has_finite_language
 
     assert has_finite_language(prepare_json_schema(schema).schema) is finite
     pushdown = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
@@ -349,7 +350,8 @@ def test_finite_languages_are_recognised_from_the_schema(smol_tokenizer, schema,
 
 def test_finite_claims_on_real_schemas_agree_with_the_token_automaton(smol_tokenizer):
     # schemas nobody here wrote: every one claimed finite compiles to an acyclic automaton
-    from hf_fvo.grammar.json_schema import has_finite_language, prepare_json_schema
+    from hf_fvo.grammar import prepare_json_schema
+    from hf_fvo.grammar.schema import has_finite_language
     from hf_fvo.phi.recipe import enum_schemas
 
     data = Path(__file__).resolve().parents[1] / "data"

@@ -1,4 +1,4 @@
-"""Compile a grammar source into a :class:`Grammar` through outlines-core, exactly.
+"""Compile a regex into a :class:`TokenAutomaton` through outlines-core, exactly.
 
 outlines-core 0.2.14 omits token t at state s when a proper prefix of t's bytes (the empty one
 included) completes the regex while all of t leads to a live non-accepting state (fixed upstream,
@@ -17,87 +17,115 @@ import re
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 
-from hf_fvo.errors import (
-    EmptyLanguageError,
-    GrammarError,
-    GrammarTooLargeError,
-    InvalidRegexError,
-    TokenizerError,
-    check_int,
-)
-from hf_fvo.grammar.automaton import TokenAutomaton
-from hf_fvo.grammar.cache import Memo, clear_all, vocabulary_of
-from hf_fvo.grammar.sources import GrammarSource, regex_problem
+from hf_fvo.errors import EmptyLanguageError, GrammarError, GrammarTooLargeError, InvalidRegexError
+from hf_fvo.grammar.automaton.tables import TokenAutomaton
 from hf_fvo.grammar.vocabulary import TokenVocabulary
+from hf_fvo.lru import LRU
 
-__all__ = ["DEFAULT_MAX_STATES", "clear_cache", "compile_grammar"]
+__all__ = ["DEFAULT_MAX_STATES", "AutomatonTokenizer", "assemble", "compile_automaton"]
 
 DEFAULT_MAX_STATES = 20_000
 PROBE_TIMEOUT_S = 30.0  # the byte-level probe of a sane grammar takes milliseconds
 COMPILE_TIMEOUT_S = 300.0
-_CACHE_SIZE = 64
 _UNICODE_CLASS = re.compile(r"\\[pP](?:\{[^}]*\}|[A-Za-z])")
-
-_CACHE = Memo(_CACHE_SIZE)
-_VOCAB_ARTIFACTS = Memo(4)
-_SENTINEL_CANDIDATES = Memo(4)
 T = TypeVar("T")
 
 
-def clear_cache() -> None:
-    """Forget every compiled grammar (the next ``Grammar.from_…`` call recompiles)."""
-    clear_all()
+class AutomatonTokenizer:
+    """What the outlines-core build needs of one tokenizer, computed once and reused by every
+    compile: the sentinel candidates (characters no token contains) and, per sentinel, the
+    outlines-core ``Vocabulary`` with the sentinel's fake token, the σ-avoidance steps and the
+    characters each token adds. A :class:`~hf_fvo.grammar.GrammarCompiler` holds one.
 
+    Example:
+        >>> from hf_fvo.grammar.automaton.build import AutomatonTokenizer
+        >>> from hf_fvo.grammar.vocabulary import BRACKETS
+        >>> sigma, _, _, lengths = AutomatonTokenizer(BRACKETS).for_regex("[()]*")
+        >>> len(sigma.encode()), lengths[:2].tolist()  # a 3-byte noncharacter; 1 char each
+        (3, [1, 1])
+    """
 
-def compile_grammar(
-    source: GrammarSource,
-    tokenizer: Any,
-    *,
-    vocab_size: int | None = None,
-    max_length: int | None = None,
-    eos_token_id: int | Sequence[int] | None = None,
-    max_states: int | None = None,
-) -> TokenAutomaton:
-    """Compile ``source`` for ``tokenizer``; cached by (source, tokenizer bytes, options)."""
-    vocab = vocabulary_of(tokenizer, eos_token_id)
-    size = resolve_vocab_size(vocab, vocab_size)
-    check_int("max_length", max_length, optional=True)
-    limit = DEFAULT_MAX_STATES if max_states is None else check_int("max_states", max_states)
-    key = (source.kind, source.regex, vocab.fingerprint, size, max_length)
-    return _CACHE.get_or_build(key, lambda: _compile(source, vocab, size, max_length, limit))
+    def __init__(self, vocab: TokenVocabulary) -> None:
+        self.vocab = vocab
+        self._candidates: list[str] | None = None
+        self._per_sentinel: LRU[str, tuple[str, Any, np.ndarray, np.ndarray]] = LRU(4)
 
+    def for_regex(self, regex: str) -> tuple[str, Any, np.ndarray, np.ndarray]:
+        """(sentinel σ for ``regex``, outlines-core Vocabulary with σ's fake token, σ-avoidance
+        steps, char lengths)."""
+        from outlines_core import Vocabulary
 
-def resolve_vocab_size(vocab: TokenVocabulary, vocab_size: int | None) -> int:
-    """The mask length: ``vocab_size`` checked against the vocabulary (default: its length)."""
-    if vocab_size is None:
-        return len(vocab)
-    check_int("vocab_size", vocab_size, minimum=1)
-    if vocab_size < len(vocab):
-        cut = [i for i in range(vocab_size, len(vocab)) if vocab.token_bytes[i] is not None]
-        if cut or any(e >= vocab_size for e in vocab.eos_token_ids):
-            raise TokenizerError(
-                f"vocab_size={vocab_size} is smaller than the tokenizer's {len(vocab)} ids "
-                "and would cut off usable tokens; pass model.config.vocab_size"
+        if self._candidates is None:
+            self._candidates = _sentinels(self.vocab)
+        sigma = _sentinel(self._candidates, regex)
+        vocab = self.vocab
+
+        def build() -> tuple[str, Any, np.ndarray, np.ndarray]:
+            table = vocab.byte_map()
+            table[sigma.encode()] = [len(vocab)]  # the fake token
+            return (
+                sigma,
+                Vocabulary(vocab.eos_token_ids[0], table),
+                _avoidance_steps(vocab, sigma),
+                _char_lengths(vocab),
             )
-    return vocab_size
+
+        return self._per_sentinel.get_or_build(sigma, build)
 
 
-def _compile(
-    source: GrammarSource,
-    vocab: TokenVocabulary,
+@dataclass(frozen=True)
+class _Source:
+    """The regex being compiled, how errors name it, and who names what is wrong with it."""
+
+    regex: str
+    description: str
+    diagnose: Callable[[str], str | None] | None = None
+
+
+def compile_automaton(
+    regex: str,
+    description: str,
+    tokenizer: AutomatonTokenizer,
     vocab_size: int,
-    max_length: int | None,
-    limit: int,
+    *,
+    max_length: int | None = None,
+    max_states: int = DEFAULT_MAX_STATES,
+    diagnose: Callable[[str], str | None] | None = None,
 ) -> TokenAutomaton:
+    """The token automaton of ``regex`` (matched in full) over ``tokenizer``'s token bytes.
+
+    Args:
+        regex: Rust ``regex`` syntax.
+        description: Names the grammar in errors and in :attr:`TokenAutomaton.source`.
+        tokenizer: The tokenizer's build tables.
+        vocab_size: Length of the masks (at least the vocabulary's length).
+        max_length: Bound on the characters of the text.
+        max_states: Refuse grammars whose byte automaton has more states.
+        diagnose: Says what is wrong with a regex outlines-core refuses (outlines-core's own
+            messages name no feature), or ``None``.
+
+    Raises:
+        InvalidRegexError, EmptyLanguageError, GrammarTooLargeError: as the names say.
+
+    Example:
+        >>> from hf_fvo.grammar.automaton.build import AutomatonTokenizer, compile_automaton
+        >>> from hf_fvo.grammar.vocabulary import BRACKETS
+        >>> compile_automaton("(?:[(][)])*", "pairs", AutomatonTokenizer(BRACKETS), 4).num_states
+        3
+    """
     from outlines_core import Index, Vocabulary
 
-    sigma, outlines_vocab, avoid, lengths = _vocabulary_artifacts(vocab, source.regex)
-    wrapped = f"(?:{source.regex}){sigma}"
+    source = _Source(regex, description, diagnose)
+    vocab = tokenizer.vocab
+    sigma, outlines_vocab, avoid, lengths = tokenizer.for_regex(regex)
+    wrapped = f"(?:{regex}){sigma}"
     fake_id = len(vocab)
+    limit = max_states
     _check_repetition_size(source, limit)
     byte_vocab = Vocabulary(256, {bytes([b]): [b] for b in range(256)})
     # The byte-level automaton is cheap to build and bounds the token automaton's size, so a
@@ -106,7 +134,7 @@ def _compile(
     n_byte_states = len(probe.get_transitions())
     if n_byte_states > limit:
         raise GrammarTooLargeError(
-            f"{source.description} needs {n_byte_states} automaton states (limit {limit}); "
+            f"{description} needs {n_byte_states} automaton states (limit {limit}); "
             "simplify the grammar or raise max_states"
         )
     index = _outlines(lambda: Index(wrapped, outlines_vocab), source, "index", COMPILE_TIMEOUT_S)
@@ -116,7 +144,6 @@ def _compile(
     edges, init, accepting = _product(
         edges, init, accepting, lambda p, toks: avoid[p, toks], limit, "excluding the sentinel"
     )
-    description = source.description
     if max_length is not None:
 
         def count(used: int, toks: np.ndarray) -> np.ndarray:
@@ -137,7 +164,7 @@ def _compile(
     return automaton
 
 
-def _check_repetition_size(source: GrammarSource, limit: int) -> None:
+def _check_repetition_size(source: _Source, limit: int) -> None:
     """Refuse counted repetitions whose unrolled size alone exceeds the state limit.
 
     Determinising ``a{100000}`` takes minutes even on a byte vocabulary, so the count is read
@@ -176,7 +203,7 @@ def _unrolled_size(tree: Any) -> int:
     return total
 
 
-def _outlines(build: Callable[[], T], source: GrammarSource, stage: str, timeout: float) -> T:
+def _outlines(build: Callable[[], T], source: _Source, stage: str, timeout: float) -> T:
     """Run an outlines-core build off the main thread (it releases the GIL), with a timeout."""
     result: list[Any] = []
     error: list[BaseException] = []
@@ -200,7 +227,7 @@ def _outlines(build: Callable[[], T], source: GrammarSource, stage: str, timeout
     return result[0]
 
 
-def _translate(exc: BaseException, source: GrammarSource, stage: str) -> GrammarError:
+def _translate(exc: BaseException, source: _Source, stage: str) -> GrammarError:
     message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if "incompatible with the regex" in message:
         if stage == "probe":
@@ -214,7 +241,7 @@ def _translate(exc: BaseException, source: GrammarSource, stage: str) -> Grammar
             f"{source.description}: anchors (^, $, \\A, \\z) are not supported; the whole "
             "text is always matched"
         )
-    problem = regex_problem(source.regex)  # outlines-core's own messages name no feature
+    problem = source.diagnose(source.regex) if source.diagnose else None
     if problem:
         return InvalidRegexError(f"{source.description}: {problem}")
     return InvalidRegexError(f"{source.description} cannot be compiled by outlines-core: {message}")
@@ -285,29 +312,6 @@ def _avoidance_steps(vocab: TokenVocabulary, sigma: str) -> np.ndarray:
                     break
             steps[p, t] = q
     return steps
-
-
-def _vocabulary_artifacts(
-    vocab: TokenVocabulary, regex: str
-) -> tuple[str, Any, np.ndarray, np.ndarray]:
-    """Per tokenizer and sentinel, once: the sentinel σ for ``regex``, the outlines-core
-    Vocabulary with σ's fake token, σ-avoidance steps, char lengths."""
-    from outlines_core import Vocabulary
-
-    candidates = _SENTINEL_CANDIDATES.get_or_build(vocab.fingerprint, lambda: _sentinels(vocab))
-    sigma = _sentinel(candidates, regex)
-
-    def build() -> tuple[str, Any, np.ndarray, np.ndarray]:
-        table = vocab.byte_map()
-        table[sigma.encode()] = [len(vocab)]  # the fake token
-        return (
-            sigma,
-            Vocabulary(vocab.eos_token_ids[0], table),
-            _avoidance_steps(vocab, sigma),
-            _char_lengths(vocab),
-        )
-
-    return _VOCAB_ARTIFACTS.get_or_build((vocab.fingerprint, sigma), build)
 
 
 Edges = dict[int, tuple[np.ndarray, np.ndarray]]

@@ -9,10 +9,10 @@ schema that uses only the keywords the pushdown engine (llguidance) enforces exa
   hoisted under ``$defs``; a reference that leaves the document is refused;
 - draft-specific forms are rewritten to 2020-12 (``items`` arrays, boolean ``exclusiveMinimum``,
   ``$ref`` overriding its siblings before 2019-09);
-- ``format`` becomes an exact ``pattern`` on the decoded string (:mod:`hf_fvo.grammar.formats`);
+- ``format`` becomes an exact ``pattern`` on the decoded string (:mod:`.formats`);
 - ``not``, ``if``/``then``/``else``, ``dependencies``/``dependentRequired``/``dependentSchemas``,
   overlapping ``oneOf`` branches and ``propertyNames`` are rewritten into ``anyOf``/``allOf`` of
-  schemas the engine enforces, through an exact negation (:mod:`hf_fvo.grammar.schema_logic`);
+  schemas the engine enforces, through an exact negation (:mod:`hf_fvo.grammar.schema.rewrite`);
 - in ``strict`` mode (the default, the convention of Outlines and XGrammar) an object whose
   schema lists properties admits no other keys.
 
@@ -24,18 +24,19 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
 from hf_fvo.errors import GrammarError, UnsupportedSchemaError
-from hf_fvo.grammar.formats import FORMATS, REFUSED_FORMATS, format_schema
+from hf_fvo.grammar.schema.facts import MAX_DEPTH, Intersect, is_number
+from hf_fvo.grammar.schema.formats import FORMATS, REFUSED_FORMATS, format_schema
+from hf_fvo.grammar.schema.rewrite import rewrite_logic
+from hf_fvo.grammar.schema.strict import apply_strict
 
-__all__ = ["PreparedSchema", "has_finite_language", "load_json_schema", "prepare_json_schema"]
+__all__ = ["PreparedSchema", "load_json_schema", "prepare_json_schema"]
 
-MAX_DEPTH = 256
 _TYPES = ("null", "boolean", "object", "array", "number", "integer", "string")
 _ANNOTATIONS = {
     "title", "description", "default", "examples", "example", "$comment", "deprecated",
@@ -82,7 +83,7 @@ def load_json_schema(schema: Any) -> Any:
         UnsupportedSchemaError: the input is not valid JSON or not a schema.
 
     Example:
-        >>> from hf_fvo.grammar.json_schema import load_json_schema
+        >>> from hf_fvo.grammar.schema.prepare import load_json_schema
         >>> load_json_schema('{"type": "integer"}')
         {'type': 'integer'}
     """
@@ -114,7 +115,9 @@ def load_json_schema(schema: Any) -> Any:
     return schema
 
 
-def prepare_json_schema(schema: Any, *, strict: bool = True) -> PreparedSchema:
+def prepare_json_schema(
+    schema: Any, *, strict: bool = True, intersect: Intersect | None = None
+) -> PreparedSchema:
     """Rewrite ``schema`` into an exactly equivalent schema the pushdown engine enforces.
 
     Args:
@@ -122,103 +125,32 @@ def prepare_json_schema(schema: Any, *, strict: bool = True) -> PreparedSchema:
         strict: An object schema that lists ``properties`` (or ``patternProperties``) and does
             not say ``additionalProperties`` admits no other keys (Outlines' and XGrammar's
             convention). ``False`` keeps the spec's language, where it admits any extra key.
+        intersect: The oracle for pattern questions (:data:`.facts.Intersect`);
+            :func:`hf_fvo.grammar.prepare_json_schema` passes the pushdown engine's. Without
+            one, patterns are assumed to share strings (sound; some schemas are then refused).
 
     Raises:
         UnsupportedSchemaError: an assertion that cannot be enforced exactly, naming the
             keyword and its JSON pointer; or a malformed schema.
 
     Example:
-        >>> from hf_fvo.grammar.json_schema import prepare_json_schema
+        >>> from hf_fvo.grammar.schema.prepare import prepare_json_schema
         >>> prepared = prepare_json_schema({"type": "object", "title": "T",
         ...                                 "properties": {"a": {"type": "integer"}}})
         >>> prepared.schema
         {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'additionalProperties': False}
     """
-    from hf_fvo.grammar.schema_logic import apply_strict, rewrite_logic
-
     raw = load_json_schema(schema)
     cleaner = _Cleaner(raw)
     root = cleaner.run()
     try:
         if strict:
             root = apply_strict(root)
-        root = rewrite_logic(root)
+        root = rewrite_logic(root, intersect)
     except GrammarError as exc:  # name the user's definitions, not their hoisted copies
         exc.args = (cleaner.user_pointers(str(exc)), *exc.args[1:])
         raise
     return PreparedSchema(root, tuple(cleaner.ignored))
-
-
-def has_finite_language(schema: Any) -> bool:
-    """Whether a prepared schema (:attr:`PreparedSchema.schema`) admits finitely many JSON
-    values: leaves that are ``const``/``enum``/``boolean``/``null`` or integers bounded on both
-    sides (the grammar writes integers canonically), closed objects and arrays with
-    ``maxItems`` over them, unions of such, conjunctions with one. Sound, not complete:
-    ``False`` also means "not shown" (strings and non-integer numbers count as open, and so
-    does recursion through ``$ref``).
-
-    Example:
-        >>> from hf_fvo.grammar.json_schema import has_finite_language, prepare_json_schema
-        >>> status = {"type": "object", "properties": {"ok": {"type": "boolean"},
-        ...           "level": {"enum": ["low", "high"]}}, "required": ["ok"]}
-        >>> has_finite_language(prepare_json_schema(status).schema)
-        True
-        >>> has_finite_language(prepare_json_schema({"type": "string"}).schema)
-        False
-        >>> has_finite_language(prepare_json_schema({"type": "integer", "minimum": 0,
-        ...                                          "maximum": 9}).schema)
-        True
-    """
-    defs = schema.get("$defs", {}) if isinstance(schema, dict) else {}
-    return _finite(schema, defs, frozenset(), 0)
-
-
-def _finite(node: Any, defs: dict[str, Any], seen: frozenset[str], depth: int) -> bool:
-    if node is False:
-        return True
-    if not isinstance(node, dict) or depth > MAX_DEPTH:
-        return False
-    if "const" in node or "enum" in node:
-        return True
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/") and ref not in seen:
-        target = defs.get(ref[len("#/$defs/") :])
-        if _finite(target, defs, seen | {ref}, depth + 1):
-            return True  # a conjunction with a finite part is finite
-    if any(_finite(sub, defs, seen, depth + 1) for sub in node.get("allOf", [])):
-        return True
-    for key in ("anyOf", "oneOf"):
-        if key in node and all(_finite(sub, defs, seen, depth + 1) for sub in node[key]):
-            return True
-    types = node.get("type")
-    if types is None:
-        return False
-    types = [types] if isinstance(types, str) else list(types)
-    return all(_finite_type(t, node, defs, seen, depth) for t in types)
-
-
-def _finite_type(
-    kind: str, node: dict[str, Any], defs: dict[str, Any], seen: frozenset[str], depth: int
-) -> bool:
-    if kind in ("null", "boolean"):
-        return True
-    if kind == "object":
-        if node.get("additionalProperties", True) is not False or node.get("patternProperties"):
-            return False
-        props = node.get("properties", {})
-        return all(_finite(sub, defs, seen, depth + 1) for sub in props.values())
-    if kind == "array":
-        most = node.get("maxItems")
-        if not isinstance(most, int):
-            return False
-        prefix = list(node.get("prefixItems", []))[:most]
-        parts = prefix + ([node.get("items", True)] if most > len(prefix) else [])
-        return all(_finite(sub, defs, seen, depth + 1) for sub in parts)
-    if kind == "integer":
-        low = [node.get(k) for k in ("minimum", "exclusiveMinimum")]
-        high = [node.get(k) for k in ("maximum", "exclusiveMaximum")]
-        return any(map(_is_number, low)) and any(map(_is_number, high))
-    return False  # numbers and strings without enum/const: unbounded
 
 
 # -- cleaning --------------------------------------------------------------------------------
@@ -449,22 +381,18 @@ def _h_const(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
     out["const"] = copy.deepcopy(value)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _h_number(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
     if key in ("exclusiveMaximum", "exclusiveMinimum") and isinstance(value, bool):
         # draft-04: a boolean that makes maximum/minimum exclusive
         bound = node.get("maximum" if key == "exclusiveMaximum" else "minimum")
-        if value and _is_number(bound):
+        if value and is_number(bound):
             out[key] = bound
         return
     if key in ("maximum", "minimum"):
         flag = node.get("exclusiveMaximum" if key == "maximum" else "exclusiveMinimum")
         if flag is True:
             return  # written as the exclusive bound above
-    if not _is_number(value):
+    if not is_number(value):
         raise UnsupportedSchemaError(f"{path}: {key} must be a number, got {_short(value)}")
     if key == "multipleOf" and value <= 0:
         raise UnsupportedSchemaError(f"{path}: multipleOf must be > 0, got {value}")
@@ -472,7 +400,7 @@ def _h_number(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
 
 
 def _h_count(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
-    if not _is_number(value) or value < 0 or value != int(value):
+    if not is_number(value) or value < 0 or value != int(value):
         raise UnsupportedSchemaError(
             f"{path}: {key} must be a non-negative integer, got {_short(value)}"
         )

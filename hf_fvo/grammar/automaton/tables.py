@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 from hf_fvo.errors import GrammarError, InvalidArgumentError
-from hf_fvo.grammar.base import Grammar
-
-if TYPE_CHECKING:
-    from hf_fvo.grammar.trie import TokenTrie
+from hf_fvo.grammar.automaton.trie import TokenTrie, build_token_trie
+from hf_fvo.grammar.interface import Grammar
 
 __all__ = ["TokenAutomaton", "TransitionGroups"]
 
@@ -327,8 +325,6 @@ class TokenAutomaton(Grammar):
             EmptyLanguageError: no sequence fits in ``max_new_tokens``.
             GrammarTooLargeError: the trie would have more than ``max_nodes`` nodes.
         """
-        from hf_fvo.grammar.trie import build_token_trie
-
         start = self.initial_state if state is None else self._check_state(state)
         return build_token_trie(self, start, max_new_tokens, max_nodes)
 

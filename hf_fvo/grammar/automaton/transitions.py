@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from hf_fvo.errors import InvalidArgumentError, check_int
-from hf_fvo.grammar.automaton import TokenAutomaton
+from hf_fvo.grammar.automaton.build import assemble
+from hf_fvo.grammar.automaton.tables import TokenAutomaton
 
 __all__ = ["budget_language", "from_transitions"]
 
@@ -44,8 +45,6 @@ def from_transitions(
         >>> g.next_state(g.initial_state, 1) is not None, g.is_finite
         (True, True)
     """
-    from hf_fvo.grammar.compile import assemble
-
     vocab_size = check_int("vocab_size", vocab_size, minimum=1)
     ids = [eos_token_id] if not isinstance(eos_token_id, (list, tuple)) else list(eos_token_id)
     eos = tuple(check_int("eos_token_id", e) for e in ids)

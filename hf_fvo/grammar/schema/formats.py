@@ -12,7 +12,7 @@ contextual rules) are not in :data:`FORMATS`; the schema layer refuses them.
 
 Example:
     >>> import re
-    >>> from hf_fvo.grammar.formats import FORMATS
+    >>> from hf_fvo.grammar.schema.formats import FORMATS
     >>> [bool(re.fullmatch(FORMATS["date"], d)) for d in ("2024-02-29", "2023-02-29")]
     [True, False]
 """
@@ -214,7 +214,7 @@ def format_schema(name: str, *, single_pattern: bool = False) -> dict[str, Any]:
     patterns.
 
     Example:
-        >>> from hf_fvo.grammar.formats import format_schema
+        >>> from hf_fvo.grammar.schema.formats import format_schema
         >>> format_schema("uuid")["pattern"][:12]
         '^(?:[0-9a-fA'
     """

@@ -20,7 +20,7 @@ from hf_fvo.errors import (
 )
 
 if TYPE_CHECKING:
-    from hf_fvo.grammar.automaton import TokenAutomaton as Grammar
+    from hf_fvo.grammar.interface import Grammar
 
 __all__ = ["TokenTrie", "build_token_trie"]
 

@@ -1,7 +1,7 @@
 """Regular JSON schemas as one regex, for the token-automaton backend.
 
 The schema is first prepared exactly as for the pushdown backend
-(:func:`~hf_fvo.grammar.json_schema.prepare_json_schema`), and the regex spells the very same
+(:func:`~hf_fvo.grammar.schema.prepare.prepare_json_schema`), and the regex spells the very same
 texts llguidance accepts for it — the same whitespace places, the same canonical strings (printable
 characters raw except ``"`` ``\\`` and U+007F; ``\\" \\\\ \\b \\f \\n \\r \\t`` and ``\\u00XX`` for
 control characters and U+007F) and numbers (no leading zeros, optional fraction and exponent).
@@ -15,7 +15,7 @@ open objects, ``allOf`` merges, recursion, arbitrary JSON values — is refused 
 :class:`UnsupportedSchemaError` naming the keyword; compile those with the pushdown backend.
 
 Example:
-    >>> from hf_fvo.grammar.json_regex import schema_regex
+    >>> from hf_fvo.grammar.schema.regex import schema_regex
     >>> schema_regex({"type": "object", "properties": {"ok": {"type": "boolean"}},
     ...               "required": ["ok"], "additionalProperties": False}, "")
     '\\\\{"ok":(?:true|false)\\\\}'
@@ -28,6 +28,7 @@ import math
 from typing import Any
 
 from hf_fvo.errors import UnsupportedSchemaError
+from hf_fvo.grammar.schema.facts import ALL_TYPES, satisfies
 
 __all__ = ["schema_regex"]
 
@@ -35,7 +36,6 @@ _CHAR = r'(?:[^"\\\x00-\x1f\x7f]|\\["\\bfnrt]|\\u00(?:[01][0-9a-fA-F]|7[fF]))'
 _INTEGER = "-?(?:0|[1-9][0-9]*)"
 _NUMBER = f"{_INTEGER}(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _META = set("\\.+*?()|[]{}^$")
-_ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
 _HANDLED = {
     "type", "enum", "const", "minLength", "maxLength", "items", "prefixItems", "minItems",
     "maxItems", "properties", "required", "additionalProperties", "anyOf", "$ref", "$defs",
@@ -116,7 +116,7 @@ class _Lowering:
             return "(?:" + "|".join(parts) + ")"
         if "enum" in node or "const" in node:
             return self.literals(node, path)
-        kind = node.get("type", list(_ALL_TYPES))
+        kind = node.get("type", list(ALL_TYPES))
         kinds = [kind] if isinstance(kind, str) else list(kind)
         if "number" in kinds and "integer" in kinds:
             kinds.remove("integer")
@@ -124,12 +124,10 @@ class _Lowering:
         return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
     def literals(self, node: dict[str, Any], path: str) -> str:
-        from hf_fvo.grammar.schema_logic import _satisfies
-
         values = [node["const"]] if "const" in node else list(node["enum"])
         rest = {k: v for k, v in node.items() if k not in ("enum", "const")}
         if rest:
-            values = [v for v in values if _satisfies(v, rest, self.defs)]
+            values = [v for v in values if satisfies(v, rest, self.defs)]
         if not values:
             return "[^\\s\\S]"
         return "(?:" + "|".join(self.literal(v, path) for v in values) + ")"

@@ -1,16 +1,21 @@
 """The grammar interface: a compiled, immutable grammar and a cheap per-sequence matcher.
 
-Two backends implement :class:`Grammar` (the XGrammar split: compile once, match per sequence):
+Two backends implement :class:`Grammar` (the XGrammar split: compile once, match per sequence),
+each depending on this module only:
 
-- :class:`~hf_fvo.grammar.TokenAutomaton` — a finite automaton over token ids whose states are
-  ints (regex, choices, bounded Dyck, token tables, and JSON schemas on request). Exact Φ by
-  token tries, Markov products and grouped OneStep sums are built on it.
-- :class:`~hf_fvo.grammar.PushdownGrammar` — llguidance's Earley parser over token bytes, for
-  what an automaton cannot hold or not cheaply: JSON schemas (the default), recursion,
-  context-free grammars. States are opaque, immutable values.
+- :class:`~hf_fvo.grammar.TokenAutomaton` (:mod:`hf_fvo.grammar.automaton`) — a finite automaton
+  over token ids whose states are ints (regex, choices, bounded Dyck, token tables, and JSON
+  schemas on request). Exact Φ by token tries, Markov products and grouped OneStep sums are
+  built on it.
+- :class:`~hf_fvo.grammar.PushdownGrammar` (:mod:`hf_fvo.grammar.pushdown`) — llguidance's
+  Earley parser over token bytes, for what an automaton cannot hold or not cheaply: JSON schemas
+  (the default), recursion, context-free grammars. States are opaque, immutable values.
 
 Either way a state is a value the caller holds; the grammar never changes after compilation.
 :class:`GrammarMatcher` wraps one sequence's state for users who prefer ``consume``/``rollback``.
+The ``Grammar.from_*`` front doors compile through the shared
+:class:`~hf_fvo.grammar.GrammarCompiler` for the tokenizer, which :mod:`hf_fvo.grammar.compiler`
+registers here when the package is imported: this module knows no backend.
 """
 
 from __future__ import annotations
@@ -22,13 +27,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from hf_fvo.errors import GrammarError, InvalidArgumentError, check_int
+from hf_fvo.errors import GrammarError, InvalidArgumentError, TokenizerError, check_int
+from hf_fvo.grammar.vocabulary import TokenVocabulary, vocabulary_of
 
 if TYPE_CHECKING:
-    from hf_fvo.grammar.trie import TokenTrie
-    from hf_fvo.grammar.vocabulary import TokenVocabulary
+    from hf_fvo.grammar.automaton.trie import TokenTrie
+    from hf_fvo.grammar.compiler import GrammarCompiler
 
-__all__ = ["Grammar", "GrammarMatcher", "State"]
+__all__ = ["BIAS_DTYPES", "Grammar", "GrammarMatcher", "State", "bias_bits", "register_compiler"]
 
 State = Hashable
 """A grammar state: an ``int`` for automata, an opaque immutable value for pushdown grammars."""
@@ -40,6 +46,28 @@ _NEG_INF_BITS: dict[torch.dtype, tuple[type, Any]] = {
     torch.bfloat16: (np.uint16, np.uint16(0xFF80)),
     torch.float16: (np.uint16, np.uint16(0xFC00)),
 }
+
+
+BIAS_DTYPES = frozenset(_NEG_INF_BITS)
+"""The dtypes :meth:`Grammar.admissible_bias` writes."""
+
+# the GrammarCompiler class, registered by hf_fvo.grammar.compiler (see register_compiler)
+_COMPILER: Any = None
+
+
+def register_compiler(compiler: type[GrammarCompiler]) -> None:
+    """Make ``compiler`` the class the ``Grammar.from_*`` front doors compile with (its
+    ``shared(tokenizer, vocab_size, eos_token_id)`` instance). :mod:`hf_fvo.grammar.compiler`
+    registers :class:`~hf_fvo.grammar.GrammarCompiler` on import, which the package does, so the
+    interface never imports a backend."""
+    global _COMPILER
+    _COMPILER = compiler
+
+
+def _compiler(tokenizer: Any, vocab_size: int | None, eos_token_id: Any) -> GrammarCompiler:
+    if _COMPILER is None:  # pragma: no cover - importing hf_fvo.grammar registers it
+        raise GrammarError("internal: no grammar compiler is registered (import hf_fvo.grammar)")
+    return _COMPILER.shared(tokenizer, vocab_size, eos_token_id=eos_token_id)
 
 
 def bias_bits(dtype: torch.dtype) -> tuple[type, Any]:
@@ -129,33 +157,10 @@ class Grammar(ABC):
             >>> g.backend, g.is_accepting(g.walk(tokenizer.encode('{"ok":true}')))
             ('pushdown', True)
         """
-        if backend == "pushdown":
-            from hf_fvo.grammar.pushdown import compile_json_schema
-
-            if max_length is not None or max_states is not None:
-                raise InvalidArgumentError(
-                    "max_length and max_states apply to backend='automaton'; the pushdown "
-                    "backend has no state limit (bound the output with max_new_tokens)"
-                )
-            return compile_json_schema(
-                schema, tokenizer, whitespace=whitespace, vocab_size=vocab_size, strict=strict,
-                eos_token_id=eos_token_id,
-            )  # fmt: skip
-        if backend != "automaton":
-            raise InvalidArgumentError(
-                f"backend must be 'pushdown' or 'automaton', got {backend!r}"
-            )
-        from hf_fvo.grammar.compile import compile_grammar
-        from hf_fvo.grammar.sources import json_schema_source
-
-        return compile_grammar(
-            json_schema_source(schema, whitespace, strict=strict),
-            tokenizer,
-            vocab_size=vocab_size,
-            max_length=max_length,
-            eos_token_id=eos_token_id,
+        return _compiler(tokenizer, vocab_size, eos_token_id).json_schema(
+            schema, whitespace, strict=strict, backend=backend, max_length=max_length,
             max_states=max_states,
-        )
+        )  # fmt: skip
 
     @classmethod
     def from_regex(
@@ -196,28 +201,8 @@ class Grammar(ABC):
             >>> g.is_finite, g.min_tokens_to_accept(g.initial_state)  # SmolLM2 splits digits
             (True, 4)
         """
-        from hf_fvo.grammar.sources import regex_source
-
-        source = regex_source(pattern)
-        if backend == "pushdown":
-            from hf_fvo.grammar.pushdown import compile_regex
-
-            return compile_regex(
-                source.regex, tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id
-            )
-        if backend != "automaton":
-            raise InvalidArgumentError(
-                f"backend must be 'automaton' or 'pushdown', got {backend!r}"
-            )
-        from hf_fvo.grammar.compile import compile_grammar
-
-        return compile_grammar(
-            source,
-            tokenizer,
-            vocab_size=vocab_size,
-            max_length=max_length,
-            eos_token_id=eos_token_id,
-            max_states=max_states,
+        return _compiler(tokenizer, vocab_size, eos_token_id).regex(
+            pattern, backend=backend, max_length=max_length, max_states=max_states
         )
 
     @classmethod
@@ -248,9 +233,7 @@ class Grammar(ABC):
             >>> g.is_accepting(g.walk(tok.encode("((x))"))), g.walk(tok.encode("(x))")) is None
             (True, True)
         """
-        from hf_fvo.grammar.pushdown import compile_lark
-
-        return compile_lark(grammar, tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id)
+        return _compiler(tokenizer, vocab_size, eos_token_id).lark(grammar)
 
     @classmethod
     def from_ebnf(
@@ -274,9 +257,7 @@ class Grammar(ABC):
             >>> g.is_accepting(g.walk(tok.encode("aacbb")))
             True
         """
-        from hf_fvo.grammar.pushdown import compile_ebnf
-
-        return compile_ebnf(grammar, tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id)
+        return _compiler(tokenizer, vocab_size, eos_token_id).ebnf(grammar)
 
     @classmethod
     def from_choices(
@@ -299,12 +280,7 @@ class Grammar(ABC):
             >>> g.token_trie().num_sequences >= 2
             True
         """
-        from hf_fvo.grammar.compile import compile_grammar
-        from hf_fvo.grammar.sources import choices_source
-
-        return compile_grammar(
-            choices_source(choices), tokenizer, vocab_size=vocab_size, eos_token_id=eos_token_id
-        )
+        return _compiler(tokenizer, vocab_size, eos_token_id).choices(choices)
 
     @classmethod
     def dyck(
@@ -334,16 +310,7 @@ class Grammar(ABC):
             >>> g.is_accepting(g.walk(tokenizer.encode("(()())")))
             True
         """
-        from hf_fvo.grammar.compile import compile_grammar
-        from hf_fvo.grammar.sources import dyck_source
-
-        return compile_grammar(
-            dyck_source(depth, brackets),
-            tokenizer,
-            vocab_size=vocab_size,
-            max_length=check_int("max_length", max_length),
-            eos_token_id=eos_token_id,
-        )
+        return _compiler(tokenizer, vocab_size, eos_token_id).dyck(depth, max_length, brackets)
 
     @classmethod
     def from_transitions(
@@ -357,7 +324,7 @@ class Grammar(ABC):
         source: str = "token automaton",
     ) -> Grammar:
         """An automaton over token ids given as ``{state: {token_id: next_state}}``; see
-        :func:`hf_fvo.grammar.token_dfa.from_transitions`.
+        :func:`hf_fvo.grammar.automaton.from_transitions`.
 
         Example:
             >>> from hf_fvo import Grammar
@@ -366,9 +333,9 @@ class Grammar(ABC):
             >>> g.walk([0]) is not None and g.is_accepting(g.walk([0]))
             True
         """
-        from hf_fvo.grammar.token_dfa import from_transitions
-
-        return from_transitions(
+        if _COMPILER is None:  # pragma: no cover - importing hf_fvo.grammar registers it
+            raise GrammarError("internal: no grammar compiler is registered")
+        return _COMPILER.transitions(
             transitions, accepting, vocab_size=vocab_size, eos_token_id=eos_token_id,
             initial_state=initial_state, source=source,
         )  # fmt: skip
@@ -378,16 +345,16 @@ class Grammar(ABC):
         cls, n: int, k: int, *, zero: int, one: int, eos_token_id: int, vocab_size: int
     ) -> Grammar:
         """The budget language L_{n,K} = {x ∈ {0,1}^n : Σx ≤ K} over two token ids; see
-        :func:`hf_fvo.grammar.token_dfa.budget_language`.
+        :func:`hf_fvo.grammar.automaton.budget_language`.
 
         Example:
             >>> from hf_fvo import Grammar
             >>> Grammar.budget(20, 10, zero=0, one=1, eos_token_id=2, vocab_size=3).num_states
             177
         """
-        from hf_fvo.grammar.token_dfa import budget_language
-
-        return budget_language(
+        if _COMPILER is None:  # pragma: no cover - importing hf_fvo.grammar registers it
+            raise GrammarError("internal: no grammar compiler is registered")
+        return _COMPILER.budget(
             n, k, zero=zero, one=one, eos_token_id=eos_token_id, vocab_size=vocab_size
         )
 
@@ -552,14 +519,7 @@ class Grammar(ABC):
             >>> tok = load_default_tokenizer()
             >>> Grammar.from_choices(["a"], tok).check_tokenizer(tok)
         """
-        from hf_fvo.errors import TokenizerError
-        from hf_fvo.grammar.vocabulary import TokenVocabulary
-
-        vocab = (
-            tokenizer
-            if isinstance(tokenizer, TokenVocabulary)
-            else TokenVocabulary.from_tokenizer(tokenizer, self.eos_token_ids)
-        )
+        vocab = vocabulary_of(tokenizer, self.eos_token_ids)
         if vocab.fingerprint != self.tokenizer_fingerprint:
             raise TokenizerError(
                 f"{self.source} was compiled for another tokenizer (its token bytes differ); "

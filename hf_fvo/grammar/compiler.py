@@ -1,0 +1,356 @@
+"""The grammar compiler: one object per tokenizer that owns the tokenizer's facts and every cache.
+
+XGrammar's split: a :class:`GrammarCompiler` compiles (JSON schemas, regexes, Lark and EBNF
+grammars, choices, bounded Dyck languages) and keeps what it compiled, by grammar; each compiled
+:class:`~hf_fvo.grammar.Grammar` is immutable and cheap to match per sequence. It picks the
+backend (:mod:`~hf_fvo.grammar.automaton`, :mod:`~hf_fvo.grammar.pushdown`), prepares JSON
+schemas with the pure logic of :mod:`~hf_fvo.grammar.schema` (asking the pushdown engine the
+pattern questions), and holds each backend's per-tokenizer tables, built once. The
+``Grammar.from_*`` front doors use the shared compiler of their tokenizer
+(:meth:`GrammarCompiler.shared`), so a second call with the same grammar compiles nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import Any
+
+from hf_fvo.errors import (
+    EmptyLanguageError,
+    InvalidArgumentError,
+    InvalidGrammarError,
+    InvalidRegexError,
+    check_int,
+)
+from hf_fvo.grammar import schema as schema_logic
+from hf_fvo.grammar.automaton import (
+    AutomatonTokenizer,
+    TokenAutomaton,
+    budget_language,
+    compile_automaton,
+    from_transitions,
+)
+from hf_fvo.grammar.automaton.build import DEFAULT_MAX_STATES
+from hf_fvo.grammar.interface import Grammar, register_compiler
+from hf_fvo.grammar.pushdown import (
+    PushdownGrammar,
+    PushdownTokenizer,
+    ebnf_definition,
+    json_definition,
+    lark_definition,
+    patterns_intersect,
+    regex_definition,
+    regex_problem,
+)
+from hf_fvo.grammar.sources import (
+    GrammarSource,
+    choices_source,
+    dyck_source,
+    regex_source,
+    shorten,
+)
+from hf_fvo.grammar.vocabulary import TokenVocabulary, resolve_vocab_size, vocabulary_of
+from hf_fvo.lru import LRU
+
+__all__ = [
+    "GrammarCompiler",
+    "check_whitespace",
+    "clear_cache",
+    "json_schema_source",
+    "prepare_json_schema",
+]
+
+
+class GrammarCompiler:
+    """Compiles grammars for one tokenizer and keeps them (least recently used dropped first).
+
+    Args:
+        tokenizer: A Hugging Face fast tokenizer, or a :class:`~hf_fvo.grammar.TokenVocabulary`.
+        vocab_size: Length of the masks, normally ``model.config.vocab_size`` (which can exceed
+            ``len(tokenizer)``); defaults to the tokenizer's length.
+        eos_token_id: Overrides ``tokenizer.eos_token_id``; may list several ids.
+        cache_size: Compiled grammars kept.
+
+    Raises:
+        TokenizerError: the tokenizer cannot be mapped to bytes, or ``vocab_size`` would cut
+            off ids that spell text.
+
+    Example:
+        >>> from hf_fvo.grammar import GrammarCompiler
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> compiler = GrammarCompiler(load_default_tokenizer(), vocab_size=49152)
+        >>> g = compiler.json_schema({"enum": ["ok", "error"]}, whitespace="")
+        >>> g is compiler.json_schema({"enum": ["ok", "error"]}, whitespace="")  # kept
+        True
+        >>> compiler.regex("[0-9]{4}").is_finite, compiler.choices(["yes", "no"]).backend
+        (True, 'automaton')
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        vocab_size: int | None = None,
+        *,
+        eos_token_id: int | Sequence[int] | None = None,
+        cache_size: int = 64,
+    ) -> None:
+        self.vocabulary: TokenVocabulary = vocabulary_of(tokenizer, eos_token_id)
+        self.vocab_size: int = resolve_vocab_size(self.vocabulary, vocab_size)
+        self._grammars: LRU[Hashable, Grammar] = LRU(check_int("cache_size", cache_size, minimum=1))
+        self._automaton_tokenizer: AutomatonTokenizer | None = None  # built on first use
+        self._pushdown_tokenizer: PushdownTokenizer | None = None
+
+    @classmethod
+    def shared(
+        cls,
+        tokenizer: Any,
+        vocab_size: int | None = None,
+        *,
+        eos_token_id: int | Sequence[int] | None = None,
+    ) -> GrammarCompiler:
+        """The compiler every ``Grammar.from_*`` call with this tokenizer (token bytes, EOS ids
+        and mask length) shares.
+
+        Example:
+            >>> from hf_fvo.grammar import GrammarCompiler
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> GrammarCompiler.shared(tok) is GrammarCompiler.shared(tok)
+            True
+        """
+        vocab = vocabulary_of(tokenizer, eos_token_id)
+        size = resolve_vocab_size(vocab, vocab_size)
+        return _SHARED.get_or_build((vocab.fingerprint, size), lambda: cls(vocab, size))
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self.vocabulary.eos_token_ids
+
+    def clear_cache(self) -> None:
+        """Forget every grammar this compiler compiled."""
+        self._grammars.clear()
+
+    # -- what users compile -----------------------------------------------------------------
+
+    def json_schema(
+        self,
+        schema: Any,
+        whitespace: str | None = None,
+        *,
+        strict: bool = True,
+        backend: str = "pushdown",
+        max_length: int | None = None,
+        max_states: int | None = None,
+    ) -> Grammar:
+        """A JSON schema's language, exactly, or a typed refusal; see
+        :meth:`Grammar.from_json_schema <hf_fvo.grammar.Grammar.from_json_schema>`."""
+        if backend == "automaton":
+            source = json_schema_source(schema, whitespace, strict=strict)
+            return self._automaton(source, max_length, max_states)
+        _pushdown_only(backend, max_length, max_states)
+        check_whitespace(whitespace)
+        prepared = prepare_json_schema(schema, strict=strict)
+        body = prepared.schema
+        if body is False:
+            raise EmptyLanguageError("the schema is `false`: it admits nothing")
+        if body is True:
+            body = {}
+        ws = "default" if whitespace is None else repr(whitespace)
+        mode = "" if strict else " strict=False"
+        notes = [f"{ptr}: {what} is not a JSON Schema format; ignored"
+                 for ptr, what in prepared.ignored]  # fmt: skip
+        # finitely many values and bounded whitespace ("[ ]?" or none): finitely many strings
+        finite = whitespace in (None, "") and schema_logic.has_finite_language(body)
+        return self._pushdown(
+            "json_schema", json_definition(body, whitespace),
+            f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}", notes, finite,
+        )  # fmt: skip
+
+    def regex(
+        self,
+        pattern: Any,
+        *,
+        backend: str = "automaton",
+        max_length: int | None = None,
+        max_states: int | None = None,
+    ) -> Grammar:
+        """A regex matched in full; see :meth:`Grammar.from_regex
+        <hf_fvo.grammar.Grammar.from_regex>`."""
+        source = regex_source(pattern)
+        if backend == "automaton":
+            return self._automaton(source, max_length, max_states)
+        _pushdown_only(backend, max_length, max_states, "'automaton' or 'pushdown'")
+        return self._pushdown("regex", regex_definition(source.regex), source.description)
+
+    def lark(self, grammar: Any) -> Grammar:
+        """A Lark grammar in llguidance's dialect (or an ``outlines.types.CFG``)."""
+        definition = getattr(grammar, "definition", grammar)
+        if not isinstance(definition, str):
+            raise InvalidGrammarError(f"a Lark grammar must be a str, got {type(grammar).__name__}")
+        source = f"lark {shorten(' '.join(definition.split()))}"
+        return self._pushdown("lark", lark_definition(definition), source)
+
+    def ebnf(self, grammar: str) -> Grammar:
+        """A GBNF (llama.cpp EBNF) grammar."""
+        if not isinstance(grammar, str):
+            raise InvalidGrammarError(
+                f"an EBNF grammar must be a str, got {type(grammar).__name__}"
+            )
+        source = f"ebnf {shorten(' '.join(grammar.split()))}"
+        return self._pushdown("ebnf", ebnf_definition(grammar), source)
+
+    def choices(self, choices: Iterable[str]) -> Grammar:
+        """A finite language: the text equals one of ``choices``."""
+        return self._automaton(choices_source(choices))
+
+    def dyck(self, depth: int, max_length: int, brackets: str = "()") -> Grammar:
+        """Balanced ``brackets`` nested at most ``depth`` deep, at most ``max_length``
+        characters."""
+        return self._automaton(dyck_source(depth, brackets), check_int("max_length", max_length))
+
+    # -- grammars given as token tables (no tokenizer) -------------------------------------
+
+    @staticmethod
+    def transitions(
+        transitions: Mapping[int, Mapping[int, int]],
+        accepting: Iterable[int],
+        *,
+        vocab_size: int,
+        eos_token_id: int | Sequence[int],
+        initial_state: int = 0,
+        source: str = "token automaton",
+    ) -> TokenAutomaton:
+        """See :func:`hf_fvo.grammar.automaton.from_transitions`."""
+        return from_transitions(
+            transitions, accepting, vocab_size=vocab_size, eos_token_id=eos_token_id,
+            initial_state=initial_state, source=source,
+        )  # fmt: skip
+
+    @staticmethod
+    def budget(
+        n: int, k: int, *, zero: int, one: int, eos_token_id: int, vocab_size: int
+    ) -> TokenAutomaton:
+        """See :func:`hf_fvo.grammar.automaton.budget_language`."""
+        return budget_language(
+            n, k, zero=zero, one=one, eos_token_id=eos_token_id, vocab_size=vocab_size
+        )
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _automaton(
+        self, source: GrammarSource, max_length: int | None = None, max_states: int | None = None
+    ) -> TokenAutomaton:
+        check_int("max_length", max_length, optional=True)
+        limit = DEFAULT_MAX_STATES if max_states is None else check_int("max_states", max_states)
+
+        def build() -> TokenAutomaton:
+            if self._automaton_tokenizer is None:
+                self._automaton_tokenizer = AutomatonTokenizer(self.vocabulary)
+            return compile_automaton(
+                source.regex, source.description, self._automaton_tokenizer, self.vocab_size,
+                max_length=max_length, max_states=limit, diagnose=regex_problem,
+            )  # fmt: skip
+
+        key = ("automaton", source.kind, source.regex, max_length)
+        return self._grammars.get_or_build(key, build)
+
+    def _pushdown(
+        self,
+        kind: str,
+        definition: str,
+        source: str,
+        notes: Sequence[str] = (),
+        finite: bool = False,
+    ) -> PushdownGrammar:
+        def build() -> PushdownGrammar:
+            if self._pushdown_tokenizer is None:
+                self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
+            return PushdownGrammar(
+                definition, self._pushdown_tokenizer, self.vocab_size, source, notes, finite
+            )
+
+        return self._grammars.get_or_build(("pushdown", kind, definition), build)
+
+    def __repr__(self) -> str:
+        return (
+            f"GrammarCompiler({self.vocabulary!r}, vocab_size={self.vocab_size}, "
+            f"kept={len(self._grammars)})"
+        )
+
+
+_SHARED: LRU[tuple[str, int], GrammarCompiler] = LRU(8)  # GrammarCompiler.shared's instances
+
+
+def _pushdown_only(
+    backend: str,
+    max_length: int | None,
+    max_states: int | None,
+    choices: str = "'pushdown' or 'automaton'",
+) -> None:
+    if backend != "pushdown":
+        raise InvalidArgumentError(f"backend must be {choices}, got {backend!r}")
+    if max_length is not None or max_states is not None:
+        raise InvalidArgumentError(
+            "max_length and max_states apply to backend='automaton'; the pushdown "
+            "backend has no state limit (bound the output with max_new_tokens)"
+        )
+
+
+def clear_cache() -> None:
+    """Forget every compiled grammar and tokenizer table (the next ``Grammar.from_…`` call
+    recompiles).
+
+    Example:
+        >>> from hf_fvo.grammar import clear_cache
+        >>> clear_cache()
+    """
+    _SHARED.clear()
+    patterns_intersect.cache_clear()
+
+
+def prepare_json_schema(schema: Any, *, strict: bool = True) -> schema_logic.PreparedSchema:
+    """The exact rewrite of ``schema`` that the pushdown backend compiles (pattern questions
+    answered by the engine); see :func:`hf_fvo.grammar.schema.prepare_json_schema`.
+
+    Example:
+        >>> from hf_fvo.grammar import prepare_json_schema
+        >>> prepare_json_schema({"not": {"type": "string"}}).schema
+        {'type': ['array', 'boolean', 'null', 'number', 'object']}
+    """
+    return schema_logic.prepare_json_schema(schema, strict=strict, intersect=patterns_intersect)
+
+
+def json_schema_source(
+    schema: Any, whitespace: str | None = None, *, strict: bool = True
+) -> GrammarSource:
+    """A regular JSON schema as one regex (the automaton backend's input); see
+    :func:`hf_fvo.grammar.schema.schema_regex` for the subset lowered.
+
+    Raises:
+        UnsupportedSchemaError: an assertion that cannot be enforced exactly, or a construct
+            the automaton lowering does not cover (compile those with the pushdown backend).
+    """
+    check_whitespace(whitespace)
+    prepared = prepare_json_schema(schema, strict=strict)
+    if prepared.schema is False:
+        raise EmptyLanguageError("the schema is `false`: it admits nothing")
+    regex = schema_logic.schema_regex(prepared.schema, "[ ]?" if whitespace is None else whitespace)
+    ws = "default" if whitespace is None else repr(whitespace)
+    mode = "" if strict else " strict=False"
+    return GrammarSource(
+        "json_schema", regex, f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}"
+    )
+
+
+def check_whitespace(whitespace: str | None) -> None:
+    """Refuse a ``whitespace`` argument that is not ``None`` or a valid regex."""
+    if whitespace is None:
+        return
+    if not isinstance(whitespace, str):
+        raise InvalidArgumentError(f"whitespace must be a regex str or None, not {whitespace!r}")
+    problem = regex_problem(whitespace)
+    if problem:
+        raise InvalidRegexError(f"whitespace={whitespace!r} is not a valid regex: {problem}")
+
+
+register_compiler(GrammarCompiler)

@@ -1,0 +1,207 @@
+"""llguidance, as the pushdown backend uses it: the tokenizer it parses over, the grammar
+definitions hf_fvo hands it, its limits and error messages, and two questions it answers for
+the rest of the grammar layer (do these patterns share a string? what is wrong with this regex?).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+from hf_fvo.errors import (
+    EmptyLanguageError,
+    GrammarError,
+    GrammarTooLargeError,
+    InvalidGrammarError,
+    InvalidRegexError,
+    UnsupportedSchemaError,
+)
+from hf_fvo.grammar.pushdown.utf8 import utf8_tables
+from hf_fvo.grammar.vocabulary import TokenVocabulary
+
+__all__ = [
+    "PushdownTokenizer",
+    "ebnf_definition",
+    "json_definition",
+    "lark_definition",
+    "limits",
+    "patterns_intersect",
+    "regex_definition",
+    "regex_problem",
+    "translate_error",
+]
+
+# every tokenization of a member is a distinct sequence of the language: canonical forcing off
+_OPTIONS = '%llguidance {"no_forcing": true}\n'
+
+
+def limits() -> Any:
+    """The parser limits hf_fvo compiles under: lexer fuel bounds the work of building a
+    grammar (no hang on a pathological schema); the default is raised so that large real
+    schemas compile."""
+    import llguidance
+
+    return llguidance.LLParserLimits(initial_lexer_fuel=20_000_000, max_grammar_size=2_000_000)
+
+
+class PushdownTokenizer:
+    """One tokenizer as llguidance parses over it: an ``LLTokenizer`` over exactly the
+    vocabulary's token bytes (special tokens spell nothing), and the UTF-8 tables its masks are
+    intersected with, packed like the parser's masks (bit ``t & 31`` of word ``t >> 5``; EOS
+    clear: EOS is the grammar's business, not the parser's). Built once per tokenizer by the
+    :class:`~hf_fvo.grammar.GrammarCompiler`.
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown import PushdownTokenizer
+        >>> from hf_fvo.grammar.vocabulary import BRACKETS
+        >>> PushdownTokenizer(BRACKETS).ok_words.shape  # 8 UTF-8 states × one 32-bit word
+        (8, 1)
+    """
+
+    def __init__(self, vocab: TokenVocabulary) -> None:
+        import llguidance
+
+        self.vocab = vocab
+        wrapper = llguidance.TokenizerWrapper(_VocabularyWrapper(vocab))
+        self.llg = llguidance.LLTokenizer(
+            wrapper, n_vocab=len(vocab), eos_token=list(vocab.eos_token_ids)
+        )
+        self.ok, self.utf8_next = utf8_tables(vocab)
+        n = len(vocab)
+        self.words = (n + 31) // 32
+        self.ok_words = np.zeros((len(self.ok), self.words), dtype=np.uint32)
+        for s, row in enumerate(self.ok):
+            packed = np.packbits(row, bitorder="little")
+            self.ok_words[s].view(np.uint8)[: len(packed)] = packed
+            for e in vocab.eos_token_ids:
+                if e < n:
+                    self.ok_words[s, e >> 5] &= ~np.uint32(1 << (e & 31))
+
+
+class _VocabularyWrapper:
+    """What ``llguidance.TokenizerWrapper`` reads: token bytes, special ids and a tokenize
+    function (used only for canonical forcing, which is off)."""
+
+    def __init__(self, vocab: TokenVocabulary) -> None:
+        self.eos_token_id = vocab.eos_token_ids[0]
+        self.bos_token_id = None
+        # ids that spell nothing get a placeholder name; they are listed as special, so they
+        # never match grammar text
+        self.tokens = [b if b else f"<[{i}]>".encode() for i, b in enumerate(vocab.token_bytes)]
+        self.special_token_ids = [i for i, b in enumerate(vocab.token_bytes) if not b]
+        self._greedy = {b: i for i, b in enumerate(vocab.token_bytes) if b and len(b) == 1}
+
+    def __call__(self, text: bytes) -> list[int]:
+        return [self._greedy[bytes([b])] for b in text if bytes([b]) in self._greedy]
+
+
+# -- definitions ------------------------------------------------------------------------------
+
+
+def json_definition(schema: Any, whitespace: str | None) -> str:
+    """The llguidance grammar of a prepared JSON schema (``whitespace`` as in
+    :meth:`~hf_fvo.grammar.Grammar.from_json_schema`).
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown import json_definition
+        >>> json_definition({"type": "integer"}, "").splitlines()[1]
+        'start: %json {"type":"integer","x-guidance":{"whitespace_flexible":false}}'
+    """
+    options: dict[str, Any] = {"whitespace_pattern": "[ ]?"}
+    if whitespace == "":
+        options = {"whitespace_flexible": False}
+    elif whitespace is not None:
+        options = {"whitespace_pattern": whitespace}
+    text = json.dumps({**schema, "x-guidance": options}, separators=(",", ":"))
+    return f"{_OPTIONS}start: %json {text}"
+
+
+def regex_definition(pattern: str) -> str:
+    """The llguidance grammar of a regex matched in full."""
+    import llguidance
+
+    return f"{_OPTIONS}start: /{llguidance.regex_to_lark(pattern, '')}/"
+
+
+def lark_definition(grammar: str) -> str:
+    """The llguidance grammar of a Lark grammar in llguidance's dialect."""
+    return _OPTIONS + grammar
+
+
+def ebnf_definition(grammar: str) -> str:
+    """The llguidance grammar of a GBNF (llama.cpp EBNF) grammar, converted to Lark.
+
+    Raises:
+        InvalidGrammarError: the grammar cannot be read.
+    """
+    from llguidance.gbnf_to_lark import any_to_lark
+
+    try:
+        return _OPTIONS + any_to_lark(grammar)
+    except Exception as exc:  # the converter raises plain exceptions on syntax errors
+        raise InvalidGrammarError(f"cannot read the EBNF grammar: {exc}") from exc
+
+
+def translate_error(message: str, source: str) -> GrammarError:
+    """llguidance's error message as hf_fvo's typed error, naming ``source``."""
+    text = " ".join(message.split())
+    head = text.split(" | ")[0][:400]
+    if "Unsatisfiable" in text or ("is empty" in text and "Unable" not in text):
+        return EmptyLanguageError(f"{source}: the grammar admits no text ({head})")
+    if "too big" in text or "too large" in text or "limit" in text:
+        return GrammarTooLargeError(f"{source}: {head}")
+    if source.startswith("json_schema"):
+        return UnsupportedSchemaError(f"{source}: {head}")
+    if source.startswith("regex"):
+        return InvalidRegexError(f"{source}: {head}")
+    return InvalidGrammarError(f"{source}: {head}")
+
+
+# -- questions answered with llguidance's parsers --------------------------------------------
+
+
+@functools.lru_cache(maxsize=4096)
+def patterns_intersect(patterns: tuple[str, ...]) -> bool:
+    """Whether some string matches every JSON-Schema ``pattern`` (unanchored, ECMA-style) in
+    ``patterns``; ``True`` when llguidance cannot decide. The oracle the JSON-schema rewrite
+    asks (:data:`hf_fvo.grammar.schema.facts.Intersect`).
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown import patterns_intersect
+        >>> patterns_intersect(("^a", "b$")), patterns_intersect(("^[a-z]+$", "[0-9]"))
+        (True, False)
+    """
+    import llguidance
+
+    schema = {"type": "string", "allOf": [{"pattern": p} for p in patterns]}
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(schema)
+    message = llguidance.LLMatcher.validate_grammar(grammar, None, limits=limits())
+    return "Unsatisfiable" not in message
+
+
+def regex_problem(pattern: str) -> str | None:
+    """What is wrong with ``pattern`` as a Rust-syntax regex (the ``regex-syntax`` parser's own
+    words, via llguidance), or ``None`` if it parses.
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown import regex_problem
+        >>> regex_problem("a(?=b)")
+        'look-around, including look-ahead and look-behind, is not supported'
+        >>> regex_problem("[a-z]+") is None
+        True
+    """
+    import llguidance
+
+    try:
+        body = llguidance.regex_to_lark(pattern, "")
+        message = llguidance.LLMatcher.validate_grammar(f"start: /{body}/", None)
+    except Exception as exc:  # the converter raises plain exceptions
+        return str(exc) or type(exc).__name__
+    if not message or "error" not in message.lower():
+        return None
+    found = re.search(r"error: ([^\n|]*)", message)
+    return (found.group(1) if found else " ".join(message.split())).strip()[:300]

@@ -1,0 +1,23 @@
+"""JSON Schema as the spec defines it, prepared for a grammar engine — pure logic, no engine.
+
+A schema goes in as a dict and comes out as an exactly equivalent schema whose every keyword the
+pushdown engine enforces (:func:`~.prepare.prepare_json_schema`), or is refused naming the
+keyword. The modules: ``prepare`` (references, drafts, formats, annotations), ``formats``
+(``format`` as exact regexes), ``facts`` (what a schema says), ``negation`` and ``disjoint``
+(complements and disjointness), ``strict`` (the strict-object convention), ``rewrite`` (boolean
+structure into ``anyOf``/``allOf``), ``finite`` (finite languages) and ``regex`` (regular
+schemas as one regex, for the automaton backend). Questions about regex patterns go to an
+oracle the caller passes; :class:`~hf_fvo.grammar.GrammarCompiler` passes the engine's.
+"""
+
+from hf_fvo.grammar.schema.finite import has_finite_language
+from hf_fvo.grammar.schema.prepare import PreparedSchema, load_json_schema, prepare_json_schema
+from hf_fvo.grammar.schema.regex import schema_regex
+
+__all__ = [
+    "PreparedSchema",
+    "has_finite_language",
+    "load_json_schema",
+    "prepare_json_schema",
+    "schema_regex",
+]
