@@ -31,8 +31,7 @@ from hf_fvo.errors import GrammarError, InvalidArgumentError, TokenizerError, ch
 from hf_fvo.grammar.vocabulary import TokenVocabulary, vocabulary_of
 
 if TYPE_CHECKING:
-    from hf_fvo.grammar.automaton.trie import TokenTrie
-    from hf_fvo.grammar.compiler import GrammarCompiler
+    from hf_fvo.grammar.trie import TokenTrie
 
 __all__ = ["BIAS_DTYPES", "Grammar", "GrammarMatcher", "State", "bias_bits", "register_compiler"]
 
@@ -55,7 +54,7 @@ BIAS_DTYPES = frozenset(_NEG_INF_BITS)
 _COMPILER: Any = None
 
 
-def register_compiler(compiler: type[GrammarCompiler]) -> None:
+def register_compiler(compiler: type) -> None:
     """Make ``compiler`` the class the ``Grammar.from_*`` front doors compile with (its
     ``shared(tokenizer, vocab_size, eos_token_id)`` instance). :mod:`hf_fvo.grammar.compiler`
     registers :class:`~hf_fvo.grammar.GrammarCompiler` on import, which the package does, so the
@@ -64,7 +63,7 @@ def register_compiler(compiler: type[GrammarCompiler]) -> None:
     _COMPILER = compiler
 
 
-def _compiler(tokenizer: Any, vocab_size: int | None, eos_token_id: Any) -> GrammarCompiler:
+def _compiler(tokenizer: Any, vocab_size: int | None, eos_token_id: Any) -> Any:
     if _COMPILER is None:  # pragma: no cover - importing hf_fvo.grammar registers it
         raise GrammarError("internal: no grammar compiler is registered (import hf_fvo.grammar)")
     return _COMPILER.shared(tokenizer, vocab_size, eos_token_id=eos_token_id)

@@ -10,7 +10,7 @@ interface only; :class:`~hf_fvo.grammar.GrammarCompiler` is the front door.
 from hf_fvo.grammar.automaton.build import AutomatonTokenizer, compile_automaton
 from hf_fvo.grammar.automaton.tables import TokenAutomaton, TransitionGroups
 from hf_fvo.grammar.automaton.transitions import budget_language, from_transitions
-from hf_fvo.grammar.automaton.trie import TokenTrie
+from hf_fvo.grammar.trie import TokenTrie
 
 __all__ = [
     "AutomatonTokenizer",

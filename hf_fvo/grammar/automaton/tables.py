@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from hf_fvo.errors import GrammarError, InvalidArgumentError
-from hf_fvo.grammar.automaton.trie import TokenTrie, build_token_trie
+from hf_fvo.grammar.automaton.trie import build_token_trie
 from hf_fvo.grammar.interface import Grammar
+from hf_fvo.grammar.trie import TokenTrie
 
 __all__ = ["TokenAutomaton", "TransitionGroups"]
 
