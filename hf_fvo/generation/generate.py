@@ -10,27 +10,32 @@ processors it built are known by name when one of them conflicts with the gramma
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
-from transformers import GenerationMixin, LogitsProcessorList
-from transformers.generation.utils import GENERATION_MODES_MAPPING
+from transformers import LogitsProcessorList
 
 from hf_fvo.errors import (
     ConstraintConflictError,
     EmptyLanguageError,
     InvalidArgumentError,
-    TokenizerError,
     check_int,
 )
-from hf_fvo.generation.grammar_draft import GrammarCandidateGenerator, verifier_temperature
-from hf_fvo.generation.processors import FVOLogitsProcessor, left_padding
-from hf_fvo.generation.speculative import (
-    GrammarAwareCandidateGenerator,
+from hf_fvo.generation.drafts import (
+    SPLITS_KEPT,
+    GrammarCandidateGenerator,
     SpeculationStats,
-    model_vocab_size,
+    verifier_temperature,
 )
+from hf_fvo.generation.loops import assisted_decoding, decoding_loop, why_not_assisted
+from hf_fvo.generation.mode import DecodingRequest, decoding_mode
+from hf_fvo.generation.processors import FVOLogitsProcessor, vocabulary_mismatch
+from hf_fvo.generation.speculative import GrammarAwareCandidateGenerator, model_vocab_size
+from hf_fvo.generation.tracker import left_padding
 from hf_fvo.grammar import Grammar
+from hf_fvo.grammar.interface import require_grammar
+from hf_fvo.models.memory import model_memory
 from hf_fvo.phi import PhiEstimator
 
 __all__ = ["generate"]
@@ -78,10 +83,14 @@ def generate(
             ``attention_mask`` for batches; with a draft, rows run one at a time and are
             stacked again, each sampling its own law).
         grammar: The compiled grammar (built with ``vocab_size=model.config.vocab_size``).
-        phi: ``"uniform"`` (μ_proj, the default: the one estimator never worse than masking;
-            ``"onestep"`` drove most outputs on open real schemas to the token cap, see
-            docs/concepts.md), ``"onestep"``, ``"onestep_true"``, ``"exact"`` (finite languages;
-            μ*), or an estimator instance.
+        phi: An estimator name from :data:`hf_fvo.phi.ESTIMATORS` — ``"uniform"`` (μ_proj, the
+            default: the one estimator never worse than masking; ``"onestep"`` drove most
+            outputs on open real schemas to the token cap, see docs/concepts.md),
+            ``"onestep"``, ``"onestep_true"``, ``"exact"`` (finite languages, or any grammar
+            under a Markov LM; μ*), ``"exact_markov"``, ``"rollout"``, ``"gated"``,
+            ``"learned"`` — or an estimator instance. A name is resolved by
+            :func:`hf_fvo.phi.make_estimator`, which keeps the estimator on ``model``: the next
+            call with the same name and grammar reuses its tables.
         prompt_length: Columns of ``input_ids`` that are prompt; the grammar's text starts
             after them. Default: all of them. To continue a partial output, pass the prompt and
             the partial output as ``input_ids`` and the prompt's width here: the grammar resumes
@@ -96,13 +105,14 @@ def generate(
             config (Transformers ignores this argument when passed to ``model.generate``).
         grammar_draft: Propose the text the grammar spells out (keys, punctuation, the tail of
             an enum value) as free drafts that cost no draft forward
-            (:mod:`hf_fvo.generation.grammar_draft`); the law sampled is unchanged, the random
+            (:mod:`hf_fvo.generation.drafts`); the law sampled is unchanged, the random
             draws are not (a seed gives another sample of the same law than plain decoding).
             With ``assistant_model`` it is on unless ``False``. Without one, ``None`` (default)
             runs assisted decoding with the grammar as the only draft for one sequence without
             per-step outputs (``output_scores``, a streamer…) or beams, on a model and cache
             assisted decoding supports, and plain decoding otherwise; ``True`` also drafts
-            batches, row by row; ``False`` never drafts.
+            batches, row by row; ``False`` never drafts
+            (:func:`~hf_fvo.generation.mode.decoding_mode` decides).
         **generate_kwargs: Passed to ``model.generate``; the budget Transformers uses
             (``max_new_tokens``, ``max_length``, ``generation_config``, or its default of 20
             new tokens) also bounds the completions Φ counts; ``logits_processor`` entries run
@@ -138,27 +148,17 @@ def generate(
         True
     """
     input_ids = _check_input_ids(input_ids)
-    if not isinstance(grammar, Grammar):
-        raise InvalidArgumentError(f"grammar must be an hf_fvo.Grammar, got {type(grammar)}")
-    drafting = draft_phi != "auto" or blind_draft or num_assistant_tokens
-    if assistant_model is None and drafting:
-        raise InvalidArgumentError(
-            "draft_phi, blind_draft and num_assistant_tokens need assistant_model"
-        )
-    if grammar_draft is not None and not isinstance(grammar_draft, bool):
-        raise InvalidArgumentError(
-            f"grammar_draft must be True, False or None, got {grammar_draft!r}"
-        )
-    speculative = assistant_model is not None or bool(grammar_draft)
-    copies = generate_kwargs.get("num_return_sequences") or 1
-    # grammar-only drafts by default where assisted decoding serves the call as plain decoding
-    # would: one sequence, no per-step outputs (checked again against the merged config below)
-    by_default = (
-        grammar_draft is None and assistant_model is None and input_ids.shape[0] == 1
-        and copies == 1 and not any(generate_kwargs.get(k) for k in _PER_STEP_OUTPUTS)
-        and not getattr(getattr(model, "config", None), "is_encoder_decoder", False)
-    )  # fmt: skip
-    if speculative and (input_ids.shape[0] > 1 or copies > 1):
+    require_grammar(grammar)
+    _check_flags(assistant_model, draft_phi, blind_draft, num_assistant_tokens, grammar_draft)
+    request = DecodingRequest(
+        draft_model=assistant_model is not None,
+        grammar_draft=grammar_draft,
+        rows=input_ids.shape[0],
+        copies=generate_kwargs.get("num_return_sequences") or 1,
+        per_step=tuple(k for k in _PER_STEP_OUTPUTS if generate_kwargs.get(k)),
+        encoder_decoder=getattr(getattr(model, "config", None), "is_encoder_decoder", False),
+    )
+    if decoding_mode(request) == "row_by_row":
         return _row_by_row(
             model, input_ids, grammar=grammar, phi=phi, prompt_length=prompt_length,
             assistant_model=assistant_model, draft_phi=draft_phi, blind_draft=blind_draft,
@@ -169,48 +169,46 @@ def generate(
     start = width if prompt_length is None else check_int("prompt_length", prompt_length)
     if start > width:
         raise InvalidArgumentError(f"prompt_length={start} exceeds the input's width {width}")
-    _check_vocabulary(model, grammar, generate_kwargs.get("tokenizer"))
-    attention_mask = generate_kwargs.get("attention_mask")
-    if attention_mask is None:  # an unpadded prompt: say so, Transformers cannot infer it
-        attention_mask = generate_kwargs["attention_mask"] = torch.ones_like(input_ids)
-    processor = FVOLogitsProcessor(
-        grammar, phi=phi, model=model, prompt_length=start, attention_mask=attention_mask
-    )
-    processor.input_length = width  # the continuation, if any, is checked against the grammar
-    states = [processor.state_of(tuple(row[start:])) for row in input_ids.tolist()]
-    extra = generate_kwargs.pop("logits_processor", None) or []
-    processors = LogitsProcessorList([processor, *extra])
-    streamer = generate_kwargs.get("streamer")
-    speculative = speculative or by_default
-    stats = SpeculationStats() if speculative else None
-    drafted: list[bool] = []  # whether assisted decoding ran
+    mismatch = vocabulary_mismatch(model_vocab_size(model), grammar, "the model")
+    if mismatch is not None:
+        raise mismatch
+    if generate_kwargs.get("tokenizer") is not None:
+        grammar.check_tokenizer(generate_kwargs["tokenizer"])
     if assistant_model is not None:
         for key in ("tokenizer", "assistant_tokenizer"):
             if generate_kwargs.get(key) is not None:
                 raise InvalidArgumentError(
                     f"FVO-Spec needs a draft with the target's tokenizer; drop {key}="
                 )
+    attention_mask = generate_kwargs.get("attention_mask")
+    if attention_mask is None:  # an unpadded prompt: say so, Transformers cannot infer it
+        attention_mask = generate_kwargs["attention_mask"] = torch.ones_like(input_ids)
+    processor = FVOLogitsProcessor(
+        grammar, phi=phi, model=model, prompt_length=start, attention_mask=attention_mask
+    )
+    rows = processor.tracker
+    rows.input_length = width  # the continuation, if any, is checked against the grammar
+    states = [rows.state(tuple(row[start:])) for row in input_ids.tolist()]
+    extra = generate_kwargs.pop("logits_processor", None) or []
+    streamer = generate_kwargs.get("streamer")
+    stats = SpeculationStats()
+    splits = model_memory(model, "splits", SPLITS_KEPT)
+    drafted: list[bool] = []  # whether assisted decoding ran
 
     def candidates(**kw: Any) -> Any:
+        config = kw["generation_config"]
         if assistant_model is None:
-            free = GrammarCandidateGenerator(processor, model_vocab_size(model) or
-                                             grammar.vocab_size, stats=stats)  # fmt: skip
-            free.max_length = kw["generation_config"].max_length
-            free.temperature = verifier_temperature(kw["generation_config"])
-            return free
+            return GrammarCandidateGenerator(
+                processor, model_vocab_size(model) or grammar.vocab_size, stats=stats,
+                splits=splits, max_length=config.max_length,
+                temperature=verifier_temperature(config),
+            )  # fmt: skip
         return GrammarAwareCandidateGenerator(
-            kw["input_ids"],
-            assistant_model,
-            kw["generation_config"],
-            kw["model_kwargs"],
-            kw.get("inputs_tensor"),
-            kw["logits_processor"],
-            draft_phi=draft_phi,
-            blind=blind_draft,
-            num_assistant_tokens=num_assistant_tokens,
-            stats=stats,
-            grammar_runs=grammar_draft is not False,
-        )
+            kw["input_ids"], assistant_model, config, kw["model_kwargs"], kw.get("inputs_tensor"),
+            kw["logits_processor"], draft_phi=draft_phi, blind=blind_draft,
+            num_assistant_tokens=num_assistant_tokens, stats=stats,
+            grammar_runs=grammar_draft is not False, splits=splits,
+        )  # fmt: skip
 
     def fvo_decoding(
         model: Any,
@@ -221,42 +219,33 @@ def generate(
         inputs_tensor: torch.Tensor | None = None,
         **model_kwargs: Any,
     ) -> Any:
-        processor.input_length = input_ids.shape[1]
-        processor.max_new_tokens = generation_config.max_length - input_ids.shape[1]
+        rows.input_length = input_ids.shape[1]
+        rows.max_new_tokens = generation_config.max_length - input_ids.shape[1]
         processor.beam_search = (generation_config.num_beams or 1) > 1
         upstream = _upstream_of(processor, logits_processor)
-        _check_feasible(grammar, states, processor.max_new_tokens, generation_config, width)
-        try:
-            beams = (generation_config.num_beams or 1) > 1
-            why_not = _why_not_assisted(model, generation_config, model_kwargs)
-            plain = by_default and (
-                (generation_config.num_return_sequences or 1) > 1
-                or any(getattr(generation_config, k, None) for k in _PER_STEP_OUTPUTS)
-                or why_not is not None
+        _check_feasible(grammar, states, rows.max_new_tokens, generation_config, width)
+        asked = {k for k in _PER_STEP_OUTPUTS if getattr(generation_config, k, None)}
+        mode = decoding_mode(
+            replace(
+                request,
+                copies=generation_config.num_return_sequences or 1,
+                per_step=tuple(sorted(asked | set(request.per_step))),
+                beams=generation_config.num_beams or 1,
+                why_not_assisted=why_not_assisted(model, generation_config, model_kwargs),
             )
-            if not speculative or (assistant_model is None and (beams or plain)):
-                return _decoding_method(generation_config)(
+        )
+        try:
+            if mode == "plain":
+                return decoding_loop(generation_config)(
                     model, input_ids, logits_processor, stopping_criteria, generation_config,
                     **({"streamer": streamer} if streamer is not None else {}), **model_kwargs,
                 )  # fmt: skip
-            if why_not is not None:
-                raise InvalidArgumentError(
-                    f"speculative decoding (assistant_model, grammar_draft=True) cannot run with "
-                    f"{why_not}: Transformers' assisted decoding rolls the cache back"
-                )
             drafted.append(True)
-            return GenerationMixin._assisted_decoding(
-                _WithCandidateGenerator(model, candidates),
-                input_ids,
-                logits_processor,
-                stopping_criteria,
-                generation_config,
-                synced_gpus=False,
-                streamer=streamer,
-                inputs_tensor=inputs_tensor,
-                assistant_model=assistant_model,
-                **model_kwargs,
-            )
+            return assisted_decoding(
+                model, candidates, input_ids, logits_processor, stopping_criteria,
+                generation_config, synced_gpus=False, streamer=streamer,
+                inputs_tensor=inputs_tensor, assistant_model=assistant_model, **model_kwargs,
+            )  # fmt: skip
         except ConstraintConflictError as exc:
             if not upstream:
                 raise
@@ -266,7 +255,7 @@ def generate(
 
     out = model.generate(
         input_ids,
-        logits_processor=processors,
+        logits_processor=LogitsProcessorList([processor, *extra]),
         assistant_model=assistant_model,
         custom_generate=fvo_decoding,
         **generate_kwargs,
@@ -276,24 +265,25 @@ def generate(
     return _with_certificates(out, processor, start, width - start)
 
 
+def _check_flags(
+    assistant_model: Any,
+    draft_phi: Any,
+    blind_draft: bool,
+    num_assistant_tokens: int | None,
+    grammar_draft: bool | None,
+) -> None:
+    if assistant_model is None and (draft_phi != "auto" or blind_draft or num_assistant_tokens):
+        raise InvalidArgumentError(
+            "draft_phi, blind_draft and num_assistant_tokens need assistant_model"
+        )
+    if grammar_draft is not None and not isinstance(grammar_draft, bool):
+        raise InvalidArgumentError(
+            f"grammar_draft must be True, False or None, got {grammar_draft!r}"
+        )
+
+
 _PER_STEP_OUTPUTS = ("output_scores", "output_logits", "output_attentions",
                      "output_hidden_states", "streamer")  # fmt: skip
-
-
-def _why_not_assisted(model: Any, config: Any, model_kwargs: dict) -> str | None:
-    """Why Transformers' assisted decoding cannot run with this model and cache (it refuses
-    stateful models, ``use_cache=False`` and static caches), or ``None``."""
-    static = getattr(config, "cache_implementation", None)
-    if getattr(model, "_is_stateful", False):
-        return f"{type(model).__name__} is stateful (its state cannot be rolled back)"
-    if not model_kwargs.get("use_cache", True):
-        return "use_cache=False"
-    if static in ("static", "hybrid", "sliding_window"):
-        return f"cache_implementation={static!r}"
-    given = model_kwargs.get("cache", model_kwargs.get("past_key_values"))  # 5.24 renamed it
-    if type(given).__name__ == "StaticCache":
-        return "a StaticCache"
-    return None
 
 
 def _row_by_row(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:
@@ -363,18 +353,6 @@ def _check_input_ids(input_ids: Any) -> torch.Tensor:
     return input_ids
 
 
-def _check_vocabulary(model: Any, grammar: Grammar, tokenizer: Any) -> None:
-    size = model_vocab_size(model)
-    if size is not None and size < grammar.vocab_size:
-        raise TokenizerError(
-            f"the model scores {size} token ids but {grammar.source} was compiled for "
-            f"{grammar.vocab_size}: it belongs to another tokenizer (compile the grammar with "
-            "this model's tokenizer and vocab_size=model.config.vocab_size)"
-        )
-    if tokenizer is not None:
-        grammar.check_tokenizer(tokenizer)
-
-
 def _check_feasible(
     grammar: Grammar, states: list[Any], budget: int, config: Any, width: int
 ) -> None:
@@ -427,17 +405,6 @@ def _upstream_of(processor: FVOLogitsProcessor, processors: LogitsProcessorList)
     return ", ".join(names)
 
 
-def _decoding_method(config: Any) -> Any:
-    mode = config.get_generation_mode()
-    name = GENERATION_MODES_MAPPING.get(mode, "")
-    if "/" in name or not hasattr(GenerationMixin, name):
-        raise InvalidArgumentError(
-            f"hf_fvo.generate supports sampling, greedy, beam search and assisted decoding; "
-            f"{mode.value} is not among them in this Transformers version"
-        )
-    return getattr(GenerationMixin, name)
-
-
 def _with_certificates(
     out: Any, processor: FVOLogitsProcessor, prompt_length: int, skip: int
 ) -> Any:
@@ -446,23 +413,3 @@ def _with_certificates(
         rows = out.sequences[:, prompt_length:].tolist()
         out["certificates"] = [processor.certificate(row, skip) for row in rows]
     return out
-
-
-class _WithCandidateGenerator:
-    """The target model, except that assisted decoding gets our candidate generator.
-
-    A per-call view, so nothing on the model object changes (and concurrent calls don't race).
-    """
-
-    def __init__(self, model: Any, factory: Any) -> None:
-        self._model = model
-        self._factory = factory
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._model(*args, **kwargs)
-
-    def _get_candidate_generator(self, **kwargs: Any) -> GrammarAwareCandidateGenerator:
-        return self._factory(**kwargs)

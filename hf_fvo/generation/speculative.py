@@ -13,7 +13,6 @@ sampled from, with the target's warpers applied once (Transformers applies them 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,20 +24,21 @@ from transformers.generation.candidate_generator import (
     _prepare_token_type_ids,
 )
 
-from hf_fvo.errors import InvalidArgumentError, TokenizerError, check_int
-from hf_fvo.generation.grammar_draft import (
+from hf_fvo.errors import InvalidArgumentError, check_int
+from hf_fvo.generation.drafts import (
     MAX_KNOWN_RUN,
-    common_prefix,
-    grammar_run,
-    known_run,
-    learn_splits,
+    GrammarProposals,
+    Key,
+    SpeculationStats,
+    Splits,
+    extended,
     point_mass_logits,
     verifier_temperature,
 )
-from hf_fvo.generation.processors import FVOLogitsProcessor
-from hf_fvo.phi import PhiEstimator, admissible_mask
+from hf_fvo.generation.processors import FVOLogitsProcessor, vocabulary_mismatch
+from hf_fvo.phi import PhiEstimator
 
-__all__ = ["GrammarAwareCandidateGenerator", "SpeculationStats"]
+__all__ = ["GrammarAwareCandidateGenerator", "model_vocab_size"]
 
 # generation-config fields from which generate() builds warpers (appended after custom
 # processors), at values that build none; None would be refilled from the global defaults
@@ -53,53 +53,6 @@ _NEUTRAL_WARPERS = {
     "epsilon_cutoff": 0.0,
     "eta_cutoff": 0.0,
 }
-
-
-@dataclass
-class SpeculationStats:
-    """Per-round draft and accept counts of one assisted ``generate`` call.
-
-    ``proposed`` counts the tokens the draft model sampled; ``free`` the tokens the grammar
-    spelled out (proposed without a draft forward, see
-    :mod:`hf_fvo.generation.grammar_draft`); ``drafted`` those sent to the target (free ones
-    included; a blind draft is cut at its first token outside the grammar, which the target
-    would reject anyway); ``accepted`` the candidate tokens the target kept; ``emitted`` the
-    tokens the round added to the output (the accepted ones plus the target's own, unless an
-    accepted EOS or the length limit ended generation).
-
-    Example:
-        >>> from hf_fvo.generation import SpeculationStats
-        >>> stats = SpeculationStats(proposed=[4, 4], drafted=[4, 2], accepted=[4, 1],
-        ...                          emitted=[5, 2], free=[0, 0])
-        >>> stats.acceptance_rate, stats.rounds, stats.tokens_per_round
-        (0.625, 2, 3.5)
-    """
-
-    proposed: list[int] = field(default_factory=list)
-    drafted: list[int] = field(default_factory=list)
-    accepted: list[int] = field(default_factory=list)
-    emitted: list[int] = field(default_factory=list)
-    free: list[int] = field(default_factory=list)
-
-    @property
-    def rounds(self) -> int:
-        return len(self.accepted)
-
-    @property
-    def candidates(self) -> int:
-        """Candidate tokens offered to the target: the draft model's and the grammar's."""
-        return sum(self.proposed) + sum(self.free)
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Accepted ÷ :attr:`candidates` (nan before the first round)."""
-        total = self.candidates
-        return sum(self.accepted) / total if total else float("nan")
-
-    @property
-    def tokens_per_round(self) -> float:
-        """Mean tokens emitted per target forward."""
-        return sum(self.emitted) / self.rounds if self.rounds else float("nan")
 
 
 class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
@@ -127,6 +80,8 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
         max_run: Most grammar-spelled tokens per run.
         num_assistant_tokens: Draft length per round (default: the draft's generation config).
         stats: Filled with per-round counts (a fresh :class:`SpeculationStats` by default).
+        splits: Where the target's token splits are remembered (``hf_fvo.generate`` passes the
+            target model's memory; ``None``: propose the longest split).
 
     Example:
         >>> import torch
@@ -160,6 +115,7 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
         stats: SpeculationStats | None = None,
         grammar_runs: bool = True,
         max_run: int = 16,
+        splits: Splits | None = None,
     ) -> None:
         super().__init__(
             input_ids, assistant_model, generation_config, model_kwargs, inputs_tensor,
@@ -172,11 +128,11 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
                 f"target's logits processors, found {len(targets)}"
             )
         self.target_processor = target = targets[0]
-        if target.prompt_length is None:
-            target.prompt_length = input_ids.shape[1]
-        if target.input_length is None:
-            target.input_length = input_ids.shape[1]
-        _check_draft_vocabulary(assistant_model, target.grammar)
+        target.tracker.begin(input_ids)
+        mismatch = vocabulary_mismatch(model_vocab_size(assistant_model), target.grammar,
+                                       "the draft model", _SAME_TOKENIZER)  # fmt: skip
+        if mismatch is not None:
+            raise mismatch
         self.blind = bool(blind)
         self.draft_processor = (
             None if blind else _draft_processor(target, draft_phi, assistant_model)
@@ -186,7 +142,6 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
             for p in self.logits_processor
             if p is not target or self.draft_processor is not None
         )
-        self.temperature = verifier_temperature(generation_config)  # for known laws' proposals
         for name, value in _NEUTRAL_WARPERS.items():  # the target's are in the list already
             if hasattr(self.generation_config, name):
                 setattr(self.generation_config, name, value)
@@ -195,46 +150,37 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
                 "num_assistant_tokens", num_assistant_tokens, minimum=1
             )
             self.assistant_generation_config.num_assistant_tokens_schedule = "constant"
-        self.stats = stats if stats is not None else SpeculationStats()
         self.grammar_runs = bool(grammar_runs)
         self.max_run = check_int("max_run", max_run, minimum=1)
-        self.width = model_vocab_size(assistant_model) or target.grammar.vocab_size
-        self._round: tuple[int, list[int], int, int, list] = (0, [], 0, 0, [])
+        self.free = GrammarProposals(
+            target, model_vocab_size(assistant_model) or target.grammar.vocab_size,
+            temperature=verifier_temperature(generation_config), splits=splits, stats=stats,
+        )  # fmt: skip
+        self._draft: tuple[int, int] = (0, 0)  # this round: free tokens before the draft's, its
 
-    def _grammar_run(self, ids: list[int]) -> tuple[list[int], list]:
-        """The tokens the grammar spells out after ``ids`` and their chain keys (none if runs
-        are off)."""
-        target = self.target_processor
-        room = min(self.max_run, self.main_model_max_length - len(ids) - 1)
-        if not self.grammar_runs or room < 1:
-            return [], []
-        return grammar_run(target, tuple(ids[target.prompt_length :]), room)
+    @property
+    def stats(self) -> SpeculationStats:
+        return self.free.stats
 
-    def _known_run(self, ids: list[int]) -> tuple[list[int], torch.Tensor] | None:
-        """Tokens drawn from the law the verifier's estimator knows without a forward (exact
-        Φ's table, :func:`known_run`) and their draft logits; ``None`` where it knows none (or
-        runs are off). Such a proposal equals the target: the draft model would only be
-        slower."""
-        room = min(MAX_KNOWN_RUN, self.main_model_max_length - len(ids) - 1)  # all of it passes
-        if not self.grammar_runs or room < 1:
-            return None
-        run, logits = known_run(self.target_processor, ids, room, self.width, self.temperature)
-        return (run, logits) if run else None
+    def _room(self, ids: list[int], most: int) -> int:
+        """Tokens a free run may take after ``ids`` (none when runs are off)."""
+        return min(most, self.main_model_max_length - len(ids) - 1) if self.grammar_runs else 0
 
     def get_candidates(
         self, input_ids: torch.LongTensor, **kwargs: Any
     ) -> tuple[torch.LongTensor, torch.Tensor | None]:
         start = input_ids.shape[1]
-        known = self._known_run(input_ids[0].tolist())
-        if known is not None:  # the verifier's own law (exact Φ's table): no draft forward
+        ids = input_ids[0].tolist()
+        # the verifier's own law where its estimator knows it (exact Φ's table): all of it
+        # passes, and the draft model would only be slower
+        known = self.free.known(ids, self._room(ids, MAX_KNOWN_RUN))
+        if known is not None:
             run, logits = known
-            self.stats.proposed.append(0)
-            self.stats.free.append(len(run))
-            self.stats.drafted.append(len(run))
-            self._round = (start, run, len(run), 0, [None] * len(run))
-            return _extended(input_ids, run), logits.to(input_ids.device)
-        head, head_keys = self._grammar_run(input_ids[0].tolist())
-        base = _extended(input_ids, head)
+            self.free.begin(start, run, [None] * len(run), free=len(run))
+            self._draft = (len(run), 0)
+            return extended(input_ids, run), logits.to(input_ids.device)
+        head, head_keys = self.free.spelled(ids, self._room(ids, self.max_run))
+        base = extended(input_ids, head)
         if head and head[-1] in self.target_processor.grammar.eos_token_ids:
             candidate_ids, candidate_logits = base, None  # the grammar ended it: no draft
         else:
@@ -242,34 +188,30 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
         proposed = candidate_ids.shape[1] - base.shape[1]
         keep = self._admissible_run(candidate_ids[0].tolist(), base.shape[1])
         draft = candidate_ids[0, base.shape[1] : base.shape[1] + keep].tolist()
-        tail, tail_keys = self._grammar_run(candidate_ids[0, : base.shape[1] + keep].tolist())
+        before_tail = candidate_ids[0, : base.shape[1] + keep].tolist()
+        tail, tail_keys = self.free.spelled(before_tail, self._room(before_tail, self.max_run))
         run = head + draft + tail
-        self.stats.proposed.append(proposed)
-        self.stats.free.append(len(head) + len(tail))
-        self.stats.drafted.append(len(run))
-        self._round = (start, run, len(head), keep, head_keys + [None] * keep + tail_keys)
+        keys: list[Key] = [*head_keys, *[None] * keep, *tail_keys]
+        self.free.begin(start, run, keys, proposed=proposed, free=len(head) + len(tail))
+        self._draft = (len(head), keep)
         if not run:  # no candidate: the target samples its own token
             return input_ids, None
-        width = self.width if candidate_logits is None else candidate_logits.shape[-1]
+        width = self.free.width if candidate_logits is None else candidate_logits.shape[-1]
         parts = [point_mass_logits(head, width)] if head else []
         if keep:
             parts.append(candidate_logits[:, :keep].float())
         if tail:
             parts.append(point_mass_logits(tail, width).to(parts[0].device if parts else "cpu"))
-        return _extended(input_ids, run), torch.cat([x.to(parts[0].device) for x in parts], 1)
+        return extended(input_ids, run), torch.cat([x.to(parts[0].device) for x in parts], 1)
 
     def update_candidate_strategy(
         self, input_ids: torch.LongTensor, scores: torch.Tensor, num_matches: int
     ) -> None:
-        start, run, head, drafted, keys = self._round
-        new = input_ids[0, start:].tolist()
-        learn_splits(keys, new)
-        accepted = common_prefix(new, run)
+        accepted = self.free.end(input_ids[0].tolist())
+        head, drafted = self._draft
         # the draft-length schedule sees the draft model's own tokens only
         own = max(0, min(accepted - head, drafted))
         super().update_candidate_strategy(input_ids, scores[:, : drafted + 1], own)
-        self.stats.accepted.append(accepted)
-        self.stats.emitted.append(input_ids.shape[1] - start)
 
     def _update_past_and_masks(self, input_ids: torch.LongTensor, *args: Any, **kw: Any) -> bool:
         # the draft's mask must cover grammar-spelled tokens, also before its first forward
@@ -283,26 +225,16 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
 
     def _admissible_run(self, ids: list[int], start: int) -> int:
         """How many draft tokens from ``start`` on stay admissible for the target."""
-        target = self.target_processor
-        g = target.grammar
-        prompt_length = target.prompt_length
-        for i in range(start, len(ids)):
-            generated = tuple(ids[prompt_length:i])
-            state = target.state_of(generated)
-            if state == g.terminal_state:
-                return i - start
-            remaining = target.remaining(len(generated))
-            token = ids[i]
-            if token >= g.vocab_size or not bool(admissible_mask(g, state, remaining)[token]):
-                return i - start
-        return len(ids) - start
-
-
-def _extended(input_ids: torch.LongTensor, tokens: list[int]) -> torch.LongTensor:
-    if not tokens:
-        return input_ids
-    extra = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
-    return torch.cat([input_ids, extra], dim=1)
+        rows = self.target_processor.tracker
+        _, generated = rows.split(ids)
+        first = start - (len(ids) - len(generated))  # ids[start] is generated[first]
+        for i in range(first, len(generated)):
+            if rows.is_finished(generated[:i]):
+                return i - first
+            token = generated[i]
+            if token >= rows.grammar.vocab_size or not bool(rows.admissible(generated[:i])[token]):
+                return i - first
+        return len(generated) - first
 
 
 def _draft_processor(
@@ -321,14 +253,7 @@ def _draft_processor(
     return target.for_model(phi, draft)
 
 
-def _check_draft_vocabulary(draft: Any, grammar: Any) -> None:
-    """A draft must score every token id the grammar admits (FVO-Spec shares one tokenizer)."""
-    size = model_vocab_size(draft)
-    if size is not None and size < grammar.vocab_size:
-        raise TokenizerError(
-            f"the draft model scores {size} token ids but {grammar.source} was compiled for "
-            f"{grammar.vocab_size}: FVO-Spec needs a draft with the target's tokenizer"
-        )
+_SAME_TOKENIZER = "FVO-Spec needs a draft with the target's tokenizer"
 
 
 def model_vocab_size(model: Any) -> int | None:

@@ -33,7 +33,15 @@ from hf_fvo.grammar.vocabulary import TokenVocabulary, vocabulary_of
 if TYPE_CHECKING:
     from hf_fvo.grammar.trie import TokenTrie
 
-__all__ = ["BIAS_DTYPES", "Grammar", "GrammarMatcher", "State", "bias_bits", "register_compiler"]
+__all__ = [
+    "BIAS_DTYPES",
+    "Grammar",
+    "GrammarMatcher",
+    "State",
+    "bias_bits",
+    "register_compiler",
+    "require_grammar",
+]
 
 State = Hashable
 """A grammar state: an ``int`` for automata, an opaque immutable value for pushdown grammars."""
@@ -524,6 +532,28 @@ class Grammar(ABC):
                 f"{self.source} was compiled for another tokenizer (its token bytes differ); "
                 "compile the grammar with this model's tokenizer"
             )
+
+
+def require_grammar(grammar: Any) -> Grammar:
+    """``grammar`` itself when it is a compiled :class:`Grammar`.
+
+    Raises:
+        InvalidArgumentError: anything else (a schema dict, a regex string…), saying how to
+            compile one.
+
+    Example:
+        >>> from hf_fvo.grammar.interface import require_grammar
+        >>> require_grammar({"type": "string"})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        hf_fvo.errors.InvalidArgumentError: grammar must be an hf_fvo.Grammar (...), got dict
+    """
+    if not isinstance(grammar, Grammar):
+        raise InvalidArgumentError(
+            "grammar must be an hf_fvo.Grammar (compile one with Grammar.from_json_schema, "
+            f"from_regex, …), got {type(grammar).__name__}"
+        )
+    return grammar
 
 
 def _token_id(token: Any) -> int:

@@ -20,6 +20,7 @@ import torch
 
 from hf_fvo.errors import GrammarError, InvalidArgumentError
 from hf_fvo.grammar import Grammar
+from hf_fvo.grammar.interface import require_grammar
 
 __all__ = [
     "Certificate",
@@ -169,10 +170,7 @@ class PhiEstimator(ABC):
     needs_automaton: ClassVar[bool] = False
 
     def __init__(self, grammar: Grammar, model: Any = None) -> None:
-        if not isinstance(grammar, Grammar):
-            raise InvalidArgumentError(
-                f"grammar must be an hf_fvo.Grammar, got {type(grammar).__name__}"
-            )
+        require_grammar(grammar)
         if self.needs_automaton and grammar.backend != "automaton":
             raise GrammarError(
                 f"the {self.name!r} estimator needs a token automaton, but {grammar.source} is a "

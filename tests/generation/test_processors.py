@@ -169,7 +169,7 @@ def test_pushdown_processor_keeps_a_bounded_number_of_parser_snapshots(smol_toke
     """A pushdown state holds an llguidance parser snapshot (megabytes): a long output must not
     keep one per prefix (16 rows × 256 tokens kept 10 GB), and an evicted prefix is rebuilt
     with the same admissible set."""
-    from hf_fvo.generation.processors import _PUSHDOWN_STATES
+    from hf_fvo.generation.tracker import _PUSHDOWN_STATES
 
     g = Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}}, smol_tokenizer,
                                  whitespace="")  # fmt: skip
@@ -180,7 +180,7 @@ def test_pushdown_processor_keeps_a_bounded_number_of_parser_snapshots(smol_toke
         out = proc(torch.tensor([ids[:end]]), torch.zeros(1, g.vocab_size))
         if end <= 3:
             first[end] = torch.isfinite(out)
-    assert len(ids) > _PUSHDOWN_STATES and len(proc._states) <= _PUSHDOWN_STATES
+    assert len(ids) > _PUSHDOWN_STATES and len(proc.tracker._states) <= _PUSHDOWN_STATES
     for end, mask in first.items():  # long evicted: rebuilt from the root
         assert torch.equal(
             torch.isfinite(proc(torch.tensor([ids[:end]]), torch.zeros(1, g.vocab_size))), mask

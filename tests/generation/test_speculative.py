@@ -13,11 +13,11 @@ import torch
 from transformers import LogitsProcessorList
 
 import hf_fvo
+from hf_fvo import CUSTOM_GENERATE
 from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.eval import empirical_tv, null_tv_percentiles
 from hf_fvo.generation import FVOLogitsProcessor, GrammarAwareCandidateGenerator
 from hf_fvo.phi import ExactPhi
-from hf_fvo.recipe import CUSTOM_GENERATE
 from tests.generation.finite import MAX_NEW, PROMPT, N, finite_setting
 from tests.lms import tiny_llama
 

@@ -1,11 +1,12 @@
-"""A ``custom_generate`` recipe for ``model.generate``: pass :data:`CUSTOM_GENERATE` as
+"""hf_fvo as a Hub-style ``custom_generate`` folder for ``model.generate``: pass
+:data:`CUSTOM_GENERATE` (the folder holding ``custom_generate/generate.py``) as
 ``custom_generate=`` (with ``trust_remote_code=True``, which Transformers requires even for a
 local folder) and the grammar flags as ordinary ``generate`` keywords.
 
 Example:
     >>> import torch
     >>> import hf_fvo
-    >>> from hf_fvo.recipe import CUSTOM_GENERATE
+    >>> from hf_fvo import CUSTOM_GENERATE
     >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
     >>> tok = load_default_tokenizer()
     >>> model = tiny_random_llama(len(tok), eos_token_id=2)

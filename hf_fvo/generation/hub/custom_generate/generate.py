@@ -1,13 +1,13 @@
 """hf_fvo as a Transformers ``custom_generate`` recipe.
 
-    model.generate(input_ids, custom_generate=hf_fvo.recipe.CUSTOM_GENERATE, trust_remote_code=True,
+    model.generate(input_ids, custom_generate=hf_fvo.CUSTOM_GENERATE, trust_remote_code=True,
                    grammar=g, phi="exact", assistant_model=draft, do_sample=True, max_new_tokens=32)
 
-Keywords added to ``generate``: ``grammar`` (an ``hf_fvo.Grammar``, required), ``phi``
-(``"uniform"``, ``"onestep"``, ``"onestep_true"``, ``"exact"`` or an estimator),
-``grammar_draft`` (the grammar's spelled-out text as free drafts), and with
-``assistant_model=``: ``draft_phi``, ``blind_draft``, ``num_assistant_tokens``. Everything else is
-``model.generate``'s own; see ``hf_fvo.generate``.
+Keywords added to ``generate``: ``grammar`` (an ``hf_fvo.Grammar``, required), ``phi`` (a
+name from ``hf_fvo.phi.ESTIMATORS`` or an estimator), ``prompt_length``, ``grammar_draft`` (the
+grammar's spelled-out text as free drafts), and with ``assistant_model=``: ``draft_phi``,
+``blind_draft``, ``num_assistant_tokens``. Everything else is ``model.generate``'s own; see
+``hf_fvo.generate``.
 """
 
 from __future__ import annotations

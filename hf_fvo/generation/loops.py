@@ -1,0 +1,80 @@
+"""Transformers' decoding loops, entered by name: the one module that touches Transformers'
+private generation API (``GENERATION_MODES_MAPPING``, ``GenerationMixin._assisted_decoding``,
+``_get_candidate_generator``), so that a Transformers release that moves them breaks one file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from transformers import GenerationMixin
+from transformers.generation.utils import GENERATION_MODES_MAPPING
+
+from hf_fvo.errors import InvalidArgumentError
+
+__all__ = ["assisted_decoding", "decoding_loop", "why_not_assisted"]
+
+
+def decoding_loop(generation_config: Any) -> Callable[..., Any]:
+    """The ``GenerationMixin`` method Transformers runs for this config's mode (sampling,
+    greedy and beam search).
+
+    Raises:
+        InvalidArgumentError: a mode hf_fvo does not run (e.g. a Hub-hosted decoding method).
+    """
+    mode = generation_config.get_generation_mode()
+    name = GENERATION_MODES_MAPPING.get(mode, "")
+    if "/" in name or not hasattr(GenerationMixin, name):
+        raise InvalidArgumentError(
+            f"hf_fvo.generate supports sampling, greedy, beam search and assisted decoding; "
+            f"{mode.value} is not among them in this Transformers version"
+        )
+    return getattr(GenerationMixin, name)
+
+
+def assisted_decoding(
+    model: Any, candidate_generator: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    """Transformers' assisted-decoding loop on ``model``, with the candidate generator that
+    ``candidate_generator(**what Transformers passes)`` builds (the loop has no argument for
+    one; it asks the model)."""
+    return GenerationMixin._assisted_decoding(
+        _WithCandidateGenerator(model, candidate_generator), *args, **kwargs
+    )
+
+
+def why_not_assisted(model: Any, generation_config: Any, model_kwargs: dict) -> str | None:
+    """Why Transformers' assisted decoding cannot run with this model and cache (it refuses
+    stateful models, ``use_cache=False`` and static caches), or ``None``."""
+    static = getattr(generation_config, "cache_implementation", None)
+    if getattr(model, "_is_stateful", False):
+        return f"{type(model).__name__} is stateful (its state cannot be rolled back)"
+    if not model_kwargs.get("use_cache", True):
+        return "use_cache=False"
+    if static in ("static", "hybrid", "sliding_window"):
+        return f"cache_implementation={static!r}"
+    given = model_kwargs.get("cache", model_kwargs.get("past_key_values"))  # 5.24 renamed it
+    if type(given).__name__ == "StaticCache":
+        return "a StaticCache"
+    return None
+
+
+class _WithCandidateGenerator:
+    """The target model, except that assisted decoding gets our candidate generator.
+
+    A per-call view, so nothing on the model object changes (and concurrent calls don't race).
+    """
+
+    def __init__(self, model: Any, factory: Callable[..., Any]) -> None:
+        self._model = model
+        self._factory = factory
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._model(*args, **kwargs)
+
+    def _get_candidate_generator(self, **kwargs: Any) -> Any:
+        return self._factory(**kwargs)
