@@ -121,8 +121,8 @@ def grammar_run(
     so far): at each step the single admissible token or, where the admissible tokens' texts
     form a prefix chain (the text is fixed, its split is not), the split the target chose the
     last time it met that chain under the same kind of estimator (in ``splits``), else the
-    longest; the run stops at the first branching point or after EOS. Returns the run and, per token, the chain's key
-    (``None`` where the token was the only one admissible).
+    longest; the run stops at the first branching point or after EOS. Returns the run and, per
+    token, the chain's key (``None`` where the token was the only one admissible).
 
     Example:
         >>> from hf_fvo import Grammar
