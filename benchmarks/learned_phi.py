@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 def finite_schemas(schemas: str | None, count: int) -> list[tuple[str, dict, str]]:
     """The finite schemas ``hf-fvo train-phi`` labels by default, in its order."""
     from hf_fvo.eval.bench import load_suite
-    from hf_fvo.phi.recipe import enum_schemas
+    from hf_fvo.training.corpus import enum_schemas
 
     out = []
     for name in ("paper", "structured"):
@@ -112,7 +112,7 @@ def main() -> None:
 
     from hf_fvo.models import load_default_model, load_default_tokenizer
     from hf_fvo.phi import LearnedPhi, PhiModel
-    from hf_fvo.phi.training import train_phi_model
+    from hf_fvo.training.fit import train_phi_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--labels", required=True, help="labels.parquet from hf-fvo train-phi")

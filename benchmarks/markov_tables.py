@@ -33,7 +33,8 @@ from hf_fvo.eval import (
     product_tv,
     sampling_law,
 )
-from hf_fvo.eval.bench import BRACKETS, suite_model
+from hf_fvo.eval.bench import suite_model
+from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models import MarkovLM
 from hf_fvo.phi import MarkovExactPhi, PhiContext, RolloutPhi, make_estimator
 from hf_fvo.phi.rollout import hoeffding_half_width

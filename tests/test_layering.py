@@ -24,7 +24,17 @@ ALLOWED = {
     "generation": {"errors", "lru", "models", "grammar", "phi"},
     "training": {"errors", "lru", "models", "grammar", "phi", "generation"},
     "eval": {"errors", "lru", "models", "grammar", "phi", "generation"},
-    "cli": {"errors", "lru", "models", "grammar", "phi", "generation", "training", "eval"},
+    "cli": {
+        "errors",
+        "lru",
+        "models",
+        "grammar",
+        "phi",
+        "generation",
+        "training",
+        "eval",
+        "__init__",
+    },
     "__init__": {"errors", "lru", "models", "grammar", "phi", "generation"},
 }
 

@@ -19,6 +19,7 @@ import torch
 
 from hf_fvo.errors import GrammarTooLargeError, InvalidArgumentError
 from hf_fvo.eval.laws import TerminalLaw, sampling_law
+from hf_fvo.generation import generate
 from hf_fvo.grammar import Grammar
 from hf_fvo.phi import ExactPhi, PrefixLM
 
@@ -115,7 +116,6 @@ def audit(
         >>> report.exact, sorted(b.text for b in report.branches)
         (True, ['no', 'yes'])
     """
-    import hf_fvo
 
     text = lambda seq: tokenizer.decode(  # noqa: E731
         [t for t in seq if t not in grammar.eos_token_ids], skip_special_tokens=True
@@ -135,7 +135,7 @@ def audit(
             star_t, proj_t = star.pushforward(text), proj.pushforward(text)
             freq: dict[str, float] = {}
             if samples:
-                for seq in _draws(hf_fvo, model, ids, grammar, exact, samples, max_new_tokens):
+                for seq in _draws(model, ids, grammar, exact, samples, max_new_tokens):
                     freq[text(seq)] = freq.get(text(seq), 0.0) + 1.0 / samples
             branches = [
                 Branch(k, proj_t.probs.get(k, 0.0), v, freq.get(k, 0.0) if samples else None)
@@ -147,11 +147,11 @@ def audit(
             )  # fmt: skip
     if samples < 2:
         raise InvalidArgumentError("a sampled audit needs samples ≥ 2")
-    masked = [text(s) for s in _draws(hf_fvo, model, ids, grammar, "uniform", samples,
+    masked = [text(s) for s in _draws(model, ids, grammar, "uniform", samples,
                                       max_new_tokens)]  # fmt: skip
-    out = hf_fvo.generate(model, ids.expand(samples, -1), grammar=grammar, phi=phi,
-                          max_new_tokens=max_new_tokens, do_sample=True, top_k=0,
-                          return_dict_in_generate=True)  # fmt: skip
+    out = generate(model, ids.expand(samples, -1), grammar=grammar, phi=phi,
+                   max_new_tokens=max_new_tokens, do_sample=True, top_k=0,
+                   return_dict_in_generate=True)  # fmt: skip
     rows = out.sequences[:, len(prompt) :].tolist()
     reweighted = [text(r) for r in rows]
     log_gamma = [d.dispersion for c in out.certificates for d in c.steps if d is not None]
@@ -164,9 +164,9 @@ def _listing(branches: list[Branch]) -> str:
     return ", ".join(f"{b.text!r} {b.proj:.3f} vs {b.star:.3f}" for b in branches) or "nothing"
 
 
-def _draws(hf_fvo, model, ids, grammar, phi, n: int, max_new_tokens: int) -> list[list[int]]:
-    out = hf_fvo.generate(model, ids.expand(n, -1), grammar=grammar, phi=phi,
-                          max_new_tokens=max_new_tokens, do_sample=True, top_k=0)  # fmt: skip
+def _draws(model, ids, grammar, phi, n: int, max_new_tokens: int) -> list[list[int]]:
+    out = generate(model, ids.expand(n, -1), grammar=grammar, phi=phi,
+                   max_new_tokens=max_new_tokens, do_sample=True, top_k=0)  # fmt: skip
     return out[:, ids.shape[1] :].tolist()
 
 

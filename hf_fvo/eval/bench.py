@@ -24,7 +24,9 @@ from hf_fvo.eval.audit import _two_sample_tv
 from hf_fvo.eval.laws import TerminalLaw, sampling_law, sampling_law_on
 from hf_fvo.eval.product import product_tv
 from hf_fvo.eval.reference import importance_sample
-from hf_fvo.grammar import Grammar, TokenVocabulary
+from hf_fvo.generation import generate
+from hf_fvo.grammar import Grammar
+from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models.chat import chat_prompt
 from hf_fvo.phi import ExactPhi, PrefixLM
 
@@ -40,7 +42,6 @@ TOY_DYCK = [
     [0.25, 0.25, 0.50, 0.0],  # after EOS
     [0.90, 0.05, 0.05, 0.0],  # after BOS (the prompt)
 ]
-BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])  # BOS 3
 
 
 def load_suite(name: str) -> Any:
@@ -140,7 +141,6 @@ def run_row(
     reference (:func:`~hf_fvo.eval.reference.importance_sample`): mean length, share cut off
     by the budget, first-token law.
     """
-    import hf_fvo
 
     model = suite_model(row, model)
     g, prompt = suite_grammar(row, tokenizer, model.config.vocab_size)
@@ -189,8 +189,8 @@ def run_row(
         draws, seconds = {}, {}
         for name in ("uniform", phi):
             t1 = time.perf_counter()
-            seqs = hf_fvo.generate(model, ids, grammar=g, phi=name, max_new_tokens=budget,
-                                   do_sample=True, top_k=0)[:, len(prompt) :].tolist()  # fmt: skip
+            seqs = generate(model, ids, grammar=g, phi=name, max_new_tokens=budget,
+                            do_sample=True, top_k=0)[:, len(prompt) :].tolist()  # fmt: skip
             seconds[name] = time.perf_counter() - t1
             draws[name] = [tuple(s[: s.index(g.eos_token_id) + 1] if g.eos_token_id in s else s)
                            for s in seqs]  # fmt: skip
@@ -205,9 +205,9 @@ def run_row(
         accepted = proposed = tokens = 0
         t1 = time.perf_counter()
         for _ in range(samples):
-            res = hf_fvo.generate(model, torch.tensor([prompt]), grammar=g, phi=phi,
-                                  assistant_model=draft, do_sample=True, top_k=0,
-                                  max_new_tokens=budget, return_dict_in_generate=True)  # fmt: skip
+            res = generate(model, torch.tensor([prompt]), grammar=g, phi=phi,
+                           assistant_model=draft, do_sample=True, top_k=0,
+                           max_new_tokens=budget, return_dict_in_generate=True)  # fmt: skip
             accepted += sum(res.speculation.accepted)
             proposed += res.speculation.candidates
             tokens += res.sequences.shape[1] - len(prompt)

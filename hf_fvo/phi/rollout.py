@@ -122,21 +122,32 @@ class RolloutPhi(OneStepPhi):
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         return self._rolled_out(ctx, super().log_phi(ctx))
 
+    def rolled_out(self, ctx: PhiContext) -> list[int]:
+        """The candidates :meth:`log_phi` rolls out at ``ctx`` (the top ``candidates``
+        admissible tokens other than EOS by p·OneStep); the others keep their OneStep value."""
+        _, _, order = self._ranking(ctx, super().log_phi(ctx))
+        return (order if self.candidates is None else order[: self.candidates]).tolist()
+
+    def _ranking(
+        self, ctx: PhiContext, onestep: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log p·OneStep per token, the live candidates, the live ones best first)."""
+        logp = torch.log_softmax(ctx.logits.double(), dim=-1)[: self.grammar.vocab_size]
+        score = logp + onestep
+        score[list(self.grammar.eos_token_ids)] = -math.inf  # Φ(EOS) = 1 already
+        live = torch.nonzero(torch.isfinite(score)).flatten()
+        return score, live, live[torch.argsort(score[live], descending=True)]
+
     def _rolled_out(self, ctx: PhiContext, onestep: torch.Tensor) -> torch.Tensor:
         """Rollout estimates over ``onestep`` (OneStep everywhere, −inf off the admissible set)."""
         if not ctx.prompt:
             raise InvalidArgumentError("rollouts need the prompt token ids (PhiContext.prompt)")
         g = self.grammar
         out = onestep.clone()
-        eos = list(g.eos_token_ids)
-        logp = torch.log_softmax(ctx.logits.double(), dim=-1)[: g.vocab_size]
-        score = logp + out
-        score[eos] = -math.inf  # Φ(EOS) = 1 already
-        live = torch.nonzero(torch.isfinite(score)).flatten()
+        score, live, order = self._ranking(ctx, out)
         if len(live) == 0:  # EOS alone (Φ = 1 exactly) or nothing: no estimate to make
             self._remember(ctx.generated, RolloutReport(0, 0, 0.0, 0.0, 0, 0))
             return out
-        order = live[torch.argsort(score[live], descending=True)]
         chosen = order if self.candidates is None else order[: self.candidates]
         steps = self._max_steps(ctx)
         starts = [(int(y), g.next_state(ctx.state, int(y))) for y in chosen]

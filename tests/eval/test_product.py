@@ -8,11 +8,10 @@ import pytest
 from hf_fvo import Grammar
 from hf_fvo.errors import GrammarTooLargeError
 from hf_fvo.eval import grammar_conditional_law, product_tv, sampling_law
-from hf_fvo.grammar import TokenVocabulary
+from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models import MarkovLM, tiny_random_llama
 from hf_fvo.phi import MarkovExactPhi
 
-BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])  # BOS 3
 PROMPT = (3,)
 
 # seed 000 Table 8: (n, K, p1) → TV(μ_proj, μ*)

@@ -9,12 +9,11 @@ import torch
 import hf_fvo
 from hf_fvo import Grammar
 from hf_fvo.eval import empirical_tv, grammar_conditional_law, null_tv_percentiles, sampling_law
-from hf_fvo.grammar import TokenVocabulary
+from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models import MarkovLM
 
 N = 4000
 BATCH = 1000
-BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])  # BOS 3
 
 
 @pytest.fixture(scope="module")

@@ -352,7 +352,7 @@ def test_finite_claims_on_real_schemas_agree_with_the_token_automaton(smol_token
     # schemas nobody here wrote: every one claimed finite compiles to an acyclic automaton
     from hf_fvo.grammar import prepare_json_schema
     from hf_fvo.grammar.schema import has_finite_language
-    from hf_fvo.phi.recipe import enum_schemas
+    from hf_fvo.training.corpus import enum_schemas
 
     data = Path(__file__).resolve().parents[1] / "data"
     rows = [json.loads(line) for line in (data / "jsonschemabench_slice.jsonl").open()]

@@ -9,13 +9,11 @@ import pytest
 import torch
 
 from hf_fvo import Grammar
-from hf_fvo.grammar import TokenVocabulary
+from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models import MarkovLM, tiny_random_llama
 from hf_fvo.phi import ExactPhi, MarkovExactPhi, PhiContext, make_estimator
 from tests.phi.conformance import EstimatorConformance
 from tests.phi.conformance import world as world  # the shared fixture
-
-BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])  # BOS 3
 
 
 class TestMarkovExact(EstimatorConformance):

@@ -14,17 +14,15 @@ import torch
 
 from hf_fvo import Grammar
 from hf_fvo.errors import OutsideTrainingWarning, WeightsMismatchError
-from hf_fvo.grammar import TokenVocabulary
+from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models import MarkovLM, tiny_random_llama
 from hf_fvo.phi import LearnedPhi, MarkovExactPhi, PhiContext, PhiModel, make_estimator
 from hf_fvo.phi.features import FEATURE_NAMES, candidate_features
-from hf_fvo.phi.labels import labels_dataset, markov_labels, path_labels
 from hf_fvo.phi.learned import DEFAULT_WEIGHTS, model_fingerprint
-from hf_fvo.phi.training import path_brier, step_tv, train_phi_model
+from hf_fvo.training.fit import path_brier, step_tv, train_phi_model
+from hf_fvo.training.labels import labels_dataset, markov_labels, path_labels
 from tests.phi.conformance import EstimatorConformance
 from tests.phi.conformance import world as world  # the shared fixture
-
-BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])
 
 
 def random_weights(seed: int = 0, **config) -> PhiModel:

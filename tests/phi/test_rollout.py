@@ -11,13 +11,12 @@ import torch
 
 import hf_fvo
 from hf_fvo import Grammar
-from hf_fvo.grammar import TokenVocabulary
+from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models import MarkovLM
 from hf_fvo.phi import GatedPhi, MarkovExactPhi, OneStepPhi, PhiContext, RolloutPhi
 from tests.phi.conformance import EstimatorConformance
 from tests.phi.conformance import world as world  # the shared fixture
 
-BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])  # BOS 3
 BOS = 3
 
 

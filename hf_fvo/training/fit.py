@@ -1,11 +1,12 @@
 """Training learned Φ (``hf-fvo train-phi``): :func:`train_phi_model` fits a
-:class:`~hf_fvo.phi.PhiModel` to labels (:mod:`hf_fvo.phi.labels`) by the listwise loss
+:class:`~hf_fvo.phi.PhiModel` to labels (:mod:`hf_fvo.training.labels`) by the listwise loss
 KL(μ*_t ‖ μ̂_t), μ̂_t ∝ p_t·Φ̂_t, at each position weighted by how often μ* visits it — by the
 chain rule that sum is the sequence-level KL(μ* ‖ μ̂) — with each grammar and each label source
 counting equally; :func:`step_tv` measures per-position TV. One-rollout labels
-(:func:`~hf_fvo.phi.labels.path_labels`, source ``"path"``: an unbiased but noisy W ∈ [0, 1] for
-one candidate) are fitted pointwise instead, by the cross-entropy −T log Φ̂ − (1 − T) log(1 − Φ̂),
-whose minimiser is the conditional mean E[T | features], with the target T either
+(:func:`~hf_fvo.training.labels.path_labels`, source ``"path"``: an unbiased but noisy W in
+[0, 1] for one candidate) are fitted pointwise instead, by the cross-entropy
+−T log Φ̂ − (1 − T) log(1 − Φ̂), whose minimiser is the conditional mean E[T | features], with
+the target T either
 
 - ``"mean"``: T = W, so Φ̂ → Φ itself; but over a long open completion W is the product of
   a hundred masses below 1 (median log W ≈ −17 on the development schemas, 0 for most draws the
@@ -25,8 +26,8 @@ import numpy as np
 import torch
 
 from hf_fvo.errors import InvalidArgumentError
-from hf_fvo.phi.labels import Label
 from hf_fvo.phi.learned import PhiModel
+from hf_fvo.training.labels import Label
 
 __all__ = ["POINTWISE_SOURCES", "path_brier", "step_tv", "train_phi_model"]
 
@@ -79,8 +80,8 @@ def step_tv(model: PhiModel | None, dataset: Any) -> np.ndarray:
     """TV(μ̂_t, μ*_t) at every labelled position (``model=None``: masking, Φ̂ ≡ 1).
 
     Example:
-        >>> from hf_fvo.phi.labels import labels_dataset
-        >>> from hf_fvo.phi.training import step_tv
+        >>> from hf_fvo.training.labels import labels_dataset
+        >>> from hf_fvo.training.fit import step_tv
         >>> ds = labels_dataset([{"source": "s", "group": "g", "features": [[0.0] * 12] * 2,
         ...                       "log_p": [-1.0, -1.0], "log_phi": [0.0, -30.0],
         ...                       "half_width": [0.0, 0.0], "log_p_eos": -1e30, "weight": 1.0}])
@@ -112,8 +113,8 @@ def path_brier(model: PhiModel | None, dataset: Any, target: str = "mean") -> np
     the labels' own variance, so two estimators compare by it without knowing E[T].
 
     Example:
-        >>> from hf_fvo.phi.labels import labels_dataset
-        >>> from hf_fvo.phi.training import path_brier
+        >>> from hf_fvo.training.labels import labels_dataset
+        >>> from hf_fvo.training.fit import path_brier
         >>> ds = labels_dataset([{"source": "path", "group": "g", "features": [[0.0] * 12],
         ...                       "log_p": [-1.0], "log_phi": [-1e30], "half_width": [1.0],
         ...                       "log_p_eos": -1e30, "weight": 1.0}])
@@ -154,8 +155,8 @@ def train_phi_model(
     each epoch.
 
     Example:
-        >>> from hf_fvo.phi.labels import labels_dataset
-        >>> from hf_fvo.phi.training import step_tv, train_phi_model
+        >>> from hf_fvo.training.labels import labels_dataset
+        >>> from hf_fvo.training.fit import step_tv, train_phi_model
         >>> rows = [{"source": "s", "group": "g", "features": [[1.0] * 12, [0.0] * 12],
         ...          "log_p": [-1.0, -1.0], "log_phi": [0.0, -30.0], "half_width": [0, 0],
         ...          "log_p_eos": -1e30, "weight": 1.0}]

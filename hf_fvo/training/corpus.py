@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from hf_fvo.grammar import Grammar, TokenVocabulary
+from hf_fvo.grammar import Grammar
+from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models.chat import chat_prompt
 from hf_fvo.phi.features import FEATURE_NAMES
-from hf_fvo.phi.labels import Label, markov_labels, path_labels, trie_labels
+from hf_fvo.training.labels import Label, markov_labels, path_labels, trie_labels
 
 __all__ = ["MarkovGroup", "build_labels", "enum_schemas", "markov_groups", "without_iid"]
 
-BRACKETS = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])  # EOS 2, BOS 3
 DYCK = [(2, 8), (2, 12), (3, 10), (3, 14), (4, 12), (4, 18), (2, 16), (3, 20), (4, 10), (5, 14)]
 BUDGET = [(10, 4), (12, 6), (14, 5), (16, 9), (18, 7), (20, 12), (22, 8), (16, 4), (26, 10),
           (30, 12)]  # fmt: skip
@@ -38,7 +38,7 @@ def markov_groups(seed: int = 0, lms_per_grammar: int = 6) -> list[MarkovGroup]:
     recipe: half the LMs random tables, half fitted to noisy samples of the language.
 
     Example:
-        >>> from hf_fvo.phi.recipe import markov_groups
+        >>> from hf_fvo.training.corpus import markov_groups
         >>> groups = markov_groups(lms_per_grammar=2)
         >>> len(groups), groups[0][0]
         (40, 'dyck2,8/random0')
@@ -107,7 +107,7 @@ def enum_schemas(rows: Iterable[dict], count: int) -> list[tuple[str, dict, str]
     taken in order of the rows (``{"name", "schema"}`` dicts, e.g. the development set).
 
     Example:
-        >>> from hf_fvo.phi.recipe import enum_schemas
+        >>> from hf_fvo.training.corpus import enum_schemas
         >>> rows = [{"name": "s", "schema": {"properties": {"unit": {"enum": ["C", "F"]}}}}]
         >>> enum_schemas(rows, 5)[0][1]["properties"]
         {'unit': {'enum': ['C', 'F']}}
@@ -176,7 +176,7 @@ def build_labels(
     """Every label of the recipe; ``progress`` is told each group as it is done.
 
     Example:
-        >>> from hf_fvo.phi.recipe import build_labels
+        >>> from hf_fvo.training.corpus import build_labels
         >>> labels = build_labels(None, None, markov=True, trajectories=1)
         >>> sorted({lab["source"] for lab in labels})
         ['markov']

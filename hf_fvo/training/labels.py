@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from hf_fvo.errors import InvalidArgumentError
+from hf_fvo.generation import generate
 from hf_fvo.grammar import Grammar
 from hf_fvo.phi.base import PhiContext
 from hf_fvo.phi.features import candidate_features
@@ -80,7 +81,7 @@ def markov_labels(
         >>> from hf_fvo import Grammar
         >>> from hf_fvo.grammar import TokenVocabulary
         >>> from hf_fvo.models import MarkovLM
-        >>> from hf_fvo.phi.labels import markov_labels
+        >>> from hf_fvo.training.labels import markov_labels
         >>> vocab = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])
         >>> lm = MarkovLM.random(4, seed=1, bos_token_id=3, eos_token_id=2)
         >>> labels = markov_labels(Grammar.dyck(2, 6, vocab), lm, (3,), 7, trajectories=3)
@@ -137,7 +138,7 @@ def trie_labels(
     Example:
         >>> from hf_fvo import Grammar
         >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
-        >>> from hf_fvo.phi.labels import trie_labels
+        >>> from hf_fvo.training.labels import trie_labels
         >>> tok = load_default_tokenizer()
         >>> g = Grammar.from_choices(["yes", "no"], tok)
         >>> labels = trie_labels(g, tiny_random_llama(len(tok)), (1,), positions=2, tol=0.0)
@@ -200,14 +201,13 @@ def rollout_labels(
         >>> from hf_fvo import Grammar
         >>> from hf_fvo.grammar import TokenVocabulary
         >>> from hf_fvo.models import MarkovLM
-        >>> from hf_fvo.phi.labels import rollout_labels
+        >>> from hf_fvo.training.labels import rollout_labels
         >>> vocab = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])
         >>> lm = MarkovLM.random(4, seed=1, bos_token_id=3, eos_token_id=2, pad_token_id=2)
         >>> labels = rollout_labels(Grammar.dyck(2, 6, vocab), lm, (3,), 7, samples=1)
         >>> labels[0]["source"], all(h > 0 for h in labels[0]["half_width"])
         ('rollout', True)
     """
-    import hf_fvo
     from hf_fvo.phi.rollout import RolloutPhi, hoeffding_half_width
 
     est = RolloutPhi(grammar, model, k=k, candidates=candidates, seed=seed, masked=masked)
@@ -215,9 +215,9 @@ def rollout_labels(
     ids = torch.tensor([prompt])
     out: list[Label] = []
     for _ in range(samples):
-        res = hf_fvo.generate(model, ids, grammar=grammar, max_new_tokens=max_new_tokens,
-                              do_sample=True, top_k=0, output_logits=True,
-                              return_dict_in_generate=True)  # fmt: skip
+        res = generate(model, ids, grammar=grammar, max_new_tokens=max_new_tokens,
+                       do_sample=True, top_k=0, output_logits=True,
+                       return_dict_in_generate=True)  # fmt: skip
         seq = res.sequences[0, len(prompt) :].tolist()
         state = grammar.initial_state
         for t, tok in enumerate(seq):
@@ -225,7 +225,7 @@ def rollout_labels(
                 row = res.logits[t][0].double()
                 ctx = PhiContext(state, tuple(seq[:t]), row, max_new_tokens - t, prompt)
                 log_phi = est.log_phi(ctx)
-                rolled = _rolled_out(est, ctx, log_phi)
+                rolled = est.rolled_out(ctx)
                 hw = hoeffding_half_width(k, est.alpha, max(len(rolled), 1))
                 label = _label(grammar, ctx, log_phi, "rollout", group, hw, only=rolled)
                 if label is not None:
@@ -255,20 +255,19 @@ def path_labels(
     is labelled for the price of the draw itself. Each label has one candidate, the sampled
     token (``source`` ``"path"``; positions where it is not among the scored candidates of
     :func:`~hf_fvo.phi.features.candidate_features`, and EOS, are skipped); training fits them
-    pointwise (:func:`~hf_fvo.phi.training.train_phi_model`).
+    pointwise (:func:`~hf_fvo.training.fit.train_phi_model`).
 
     Example:
         >>> from hf_fvo import Grammar
         >>> from hf_fvo.grammar import TokenVocabulary
         >>> from hf_fvo.models import MarkovLM
-        >>> from hf_fvo.phi.labels import path_labels
+        >>> from hf_fvo.training.labels import path_labels
         >>> vocab = TokenVocabulary([b"(", b")", None, None], eos_token_ids=[2])
         >>> lm = MarkovLM.random(4, seed=0, bos_token_id=3, eos_token_id=2, pad_token_id=2)
         >>> labels = path_labels(Grammar.dyck(2, 6, vocab), lm, (3,), 7, draws=4)
         >>> {lab["source"] for lab in labels}, all(lab["log_phi"][0] <= 0 for lab in labels)
         ({'path'}, True)
     """
-    import hf_fvo
     from hf_fvo.phi.base import admissible_mask
     from hf_fvo.phi.rollout import hoeffding_half_width
 
@@ -277,9 +276,9 @@ def path_labels(
     eos = set(grammar.eos_token_ids)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        res = hf_fvo.generate(model, torch.tensor([prompt] * draws), grammar=grammar,
-                              max_new_tokens=max_new_tokens, do_sample=True, top_k=0,
-                              output_logits=True, return_dict_in_generate=True)  # fmt: skip
+        res = generate(model, torch.tensor([prompt] * draws), grammar=grammar,
+                       max_new_tokens=max_new_tokens, do_sample=True, top_k=0,
+                       output_logits=True, return_dict_in_generate=True)  # fmt: skip
     width = hoeffding_half_width(1, 0.05, 1)
     out: list[Label] = []
     for b in range(draws):
@@ -311,22 +310,11 @@ def path_labels(
     return out
 
 
-def _rolled_out(est: Any, ctx: PhiContext, log_phi: torch.Tensor) -> list[int]:
-    """The candidates the rollout estimator rolled out at ``ctx``: its top ``candidates`` by
-    p·OneStep (ranked by the same scores it used)."""
-    onestep = est._onestep(ctx)[0]
-    logp = torch.log_softmax(ctx.logits.double(), -1)[: onestep.shape[0]]
-    score = logp + onestep
-    score[list(est.grammar.eos_token_ids)] = -torch.inf
-    n = min(est.candidates or len(score), int(torch.isfinite(score).sum()))
-    return torch.topk(score, n).indices.tolist() if n else []
-
-
 def labels_dataset(labels: Iterable[Label]) -> Any:
     """Labels as a ``datasets.Dataset`` (one row per position).
 
     Example:
-        >>> from hf_fvo.phi.labels import labels_dataset
+        >>> from hf_fvo.training.labels import labels_dataset
         >>> ds = labels_dataset([{"source": "markov", "group": "g", "features": [[0.0] * 12],
         ...                       "log_p": [-1.0], "log_phi": [-0.5], "half_width": [0.0],
         ...                       "log_p_eos": -2.0, "weight": 1.0}])
