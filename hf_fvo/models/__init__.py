@@ -5,7 +5,6 @@ which exact Φ is a dynamic program."""
 from hf_fvo.models.chat import chat_prompt
 from hf_fvo.models.markov import MarkovConfig, MarkovLM
 from hf_fvo.models.smollm2 import (
-    DefaultModelUnavailableError,
     default_model_dir,
     load_default_model,
     load_default_tokenizer,
@@ -13,7 +12,6 @@ from hf_fvo.models.smollm2 import (
 from hf_fvo.models.tiny import tiny_random_llama
 
 __all__ = [
-    "DefaultModelUnavailableError",
     "MarkovConfig",
     "MarkovLM",
     "chat_prompt",

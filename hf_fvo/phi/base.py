@@ -28,7 +28,6 @@ __all__ = [
     "PhiDiagnostics",
     "PhiEstimator",
     "PhiStep",
-    "admissible_mask",
     "no_dead_row",
 ]
 
@@ -126,22 +125,6 @@ class PhiStep:
 
     log_phi: torch.Tensor
     diagnostics: PhiDiagnostics
-
-
-def admissible_mask(grammar: Grammar, state: int, remaining: int | None) -> torch.Tensor:
-    """A_t restricted to candidates whose completion fits in ``remaining`` tokens (EOS counted).
-
-    Example:
-        >>> from hf_fvo import Grammar
-        >>> from hf_fvo.phi import admissible_mask
-        >>> from hf_fvo.models import load_default_tokenizer
-        >>> tok = load_default_tokenizer()
-        >>> g = Grammar.from_choices(["a", "abcdefgh"], tok)
-        >>> s = g.walk(tok.encode("a"))
-        >>> int(admissible_mask(g, s, 1).sum())  # only EOS fits in one token
-        1
-    """
-    return grammar.admissible(state, remaining)
 
 
 def no_dead_row(log_phi: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from hf_fvo.errors import (
 )
 from hf_fvo.grammar import Grammar
 from hf_fvo.lru import LRU
-from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
+from hf_fvo.phi.base import PhiContext, PhiEstimator, no_dead_row
 from hf_fvo.phi.frontier import BestFirstFrontier
 from hf_fvo.phi.lm import PrefixLM
 
@@ -279,7 +279,7 @@ class ExactPhi(PhiEstimator):
             rows = self.lm.next_logprobs(prompt, [p for _, p, _ in batch])
             for (logp_path, prefix, s), row in zip(batch, rows, strict=True):
                 remaining = None if budget is None else budget - (len(prefix) - len(root))
-                children = torch.nonzero(admissible_mask(g, s, remaining)).flatten()
+                children = torch.nonzero(g.admissible(s, remaining)).flatten()
                 child_logp = row[children]
                 ex.nodes[prefix] = _Node(s, children, child_logp)
                 ex.order.append(prefix)

@@ -150,10 +150,8 @@ class MarkovExactPhi(PhiEstimator):
             tail = (c % self.vocab ** (self.order - 1)) * self.vocab
             out[tokens] = after[tail + tokens, nxt]
         mask = torch.isfinite(out)
-        if not mask.any():  # nothing fits: leave the budget check to admissible_mask
-            from hf_fvo.phi.base import admissible_mask
-
-            mask = admissible_mask(g, ctx.state, r)
+        if not mask.any():  # nothing fits: leave the budget check to grammar.admissible
+            mask = g.admissible(ctx.state, r)
         return no_dead_row(out, mask)
 
     def additive_error(self, ctx: PhiContext) -> float:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from hf_fvo.grammar import Grammar, TokenAutomaton
-from hf_fvo.phi.base import PhiContext, admissible_mask
+from hf_fvo.phi.base import PhiContext
 
 __all__ = ["FEATURE_NAMES", "LOG_FLOOR", "CandidateFeatures", "candidate_features"]
 
@@ -101,7 +101,7 @@ def candidate_features(
     logp = torch.log_softmax(ctx.logits.double(), dim=-1)[:width]
     if len(logp) < width:
         logp = torch.nn.functional.pad(logp, (0, width - len(logp)), value=-math.inf)
-    mask = admissible_mask(grammar, ctx.state, ctx.remaining)
+    mask = grammar.admissible(ctx.state, ctx.remaining)
     eos_ids = torch.tensor(grammar.eos_token_ids, dtype=torch.long)
     eos = eos_ids[mask[eos_ids]]
     cand = mask.clone()
@@ -125,7 +125,7 @@ def candidate_features(
     cols: dict[object, tuple[float, float, float, float]] = {}
     log_v = math.log(max(width, 2))
     for nxt in dict.fromkeys(nexts):
-        allowed = admissible_mask(grammar, nxt, after)
+        allowed = grammar.admissible(nxt, after)
         n_allowed = int(allowed.sum())
         one = float(torch.logsumexp(logp[allowed], 0)) if n_allowed else -math.inf
         dist = grammar.min_tokens_to_accept(nxt)

@@ -30,7 +30,7 @@ from hf_fvo.errors import (
     WeightsMismatchError,
 )
 from hf_fvo.grammar import Grammar
-from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
+from hf_fvo.phi.base import PhiContext, PhiEstimator, no_dead_row
 from hf_fvo.phi.features import FEATURE_NAMES, candidate_features
 
 __all__ = [
@@ -372,7 +372,7 @@ class LearnedPhi(PhiEstimator):
         g = self.grammar
         if not self.in_domain:
             self._unscored = 0.0
-            mask = admissible_mask(g, ctx.state, ctx.remaining)
+            mask = g.admissible(ctx.state, ctx.remaining)
             return torch.where(mask, 0.0, -torch.inf).double()
         f = candidate_features(g, ctx, coverage=self.coverage, max_candidates=self.max_candidates)
         mask = f.mask

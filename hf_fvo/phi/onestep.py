@@ -20,7 +20,7 @@ import torch
 
 from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.grammar import Grammar, TokenAutomaton
-from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask, no_dead_row
+from hf_fvo.phi.base import PhiContext, PhiEstimator, no_dead_row
 
 __all__ = ["OneStepPhi"]
 
@@ -85,7 +85,7 @@ class OneStepPhi(PhiEstimator):
 
     def _onestep(self, ctx: PhiContext) -> tuple[torch.Tensor, float]:
         logp = torch.log_softmax(ctx.logits.double(), dim=-1)
-        mask = admissible_mask(self.grammar, ctx.state, ctx.remaining)
+        mask = self.grammar.admissible(ctx.state, ctx.remaining)
         out = torch.full(mask.shape, -torch.inf, dtype=torch.float64)
         if self.grammar.is_accepting(ctx.state):
             out[list(self.grammar.eos_token_ids)] = 0.0  # Φ(EOS) = 1: the text is complete
@@ -108,7 +108,7 @@ class OneStepPhi(PhiEstimator):
             tokens = tokens[mask[tokens]]
             if len(tokens) == 0:
                 continue
-            out[tokens] = mass.log(admissible_mask(g, nxt, after))
+            out[tokens] = mass.log(g.admissible(nxt, after))
 
     def _scored(
         self, ctx: PhiContext, logp: torch.Tensor, mask: torch.Tensor, out: torch.Tensor
@@ -130,7 +130,7 @@ class OneStepPhi(PhiEstimator):
         chosen = ids[top[: min(take, len(top))]]
         after = None if ctx.remaining is None else ctx.remaining - 1
         for y in chosen.tolist():
-            out[y] = mass.log(admissible_mask(g, g.next_state(ctx.state, y), after))
+            out[y] = mass.log(g.admissible(g.next_state(ctx.state, y), after))
         if len(chosen) == len(ids):
             return 0.0
         rest = candidates

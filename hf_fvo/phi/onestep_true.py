@@ -14,7 +14,7 @@ import torch
 
 from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.grammar import Grammar
-from hf_fvo.phi.base import PhiContext, admissible_mask
+from hf_fvo.phi.base import PhiContext
 from hf_fvo.phi.lm import PrefixLM
 from hf_fvo.phi.onestep import OneStepPhi
 
@@ -73,6 +73,6 @@ class OneStepTruePhi(OneStepPhi):
         after = None if ctx.remaining is None else ctx.remaining - 1
         for y, row in zip(top, rows, strict=True):
             nxt = g.next_state(ctx.state, y)
-            allowed = admissible_mask(g, nxt, after)
+            allowed = g.admissible(nxt, after)
             out[y] = torch.logsumexp(row[: allowed.shape[0]][allowed], 0)
         return out

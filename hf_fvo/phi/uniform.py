@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hf_fvo.phi.base import PhiContext, PhiEstimator, admissible_mask
+from hf_fvo.phi.base import PhiContext, PhiEstimator
 
 __all__ = ["UniformPhi"]
 
@@ -30,7 +30,7 @@ class UniformPhi(PhiEstimator):
         return True
 
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
-        mask = admissible_mask(self.grammar, ctx.state, ctx.remaining)
+        mask = self.grammar.admissible(ctx.state, ctx.remaining)
         out = torch.full(mask.shape, -torch.inf, dtype=torch.float64)
         out[mask] = 0.0
         return out

@@ -268,7 +268,6 @@ def path_labels(
         >>> {lab["source"] for lab in labels}, all(lab["log_phi"][0] <= 0 for lab in labels)
         ({'path'}, True)
     """
-    from hf_fvo.phi.base import admissible_mask
     from hf_fvo.phi.rollout import hoeffding_half_width
 
     if not isinstance(draws, int) or draws < 1:
@@ -288,7 +287,7 @@ def path_labels(
             left = max_new_tokens - t
             row = res.logits[t][b].double()
             logp = torch.log_softmax(row, -1)[: grammar.vocab_size]
-            mask = admissible_mask(grammar, state, left)
+            mask = grammar.admissible(state, left)
             steps.append((PhiContext(state, tuple(seq[:t]), row, left, prompt), tok,
                           float(torch.logsumexp(logp[mask[: len(logp)]], 0))))  # fmt: skip
             if tok in eos:

@@ -362,7 +362,6 @@ def test_shipped_open_weights_keep_the_estimator_contract_on_a_real_schema():
     # Φ(EOS) = 1, and sampling with it ends in the language
     import hf_fvo
     from hf_fvo.models import load_default_tokenizer
-    from hf_fvo.phi import admissible_mask
 
     tok = load_default_tokenizer()
     schema = {
@@ -383,7 +382,7 @@ def test_shipped_open_weights_keep_the_estimator_contract_on_a_real_schema():
             ctx = PhiContext(state, (), torch.randn(g.vocab_size, generator=gen) * 3, remaining)
             row = est.log_phi(ctx)
             assert not torch.isnan(row).any() and (row[torch.isfinite(row)] <= 0).all()
-            assert torch.equal(torch.isfinite(row), admissible_mask(g, state, remaining))
+            assert torch.equal(torch.isfinite(row), g.admissible(state, remaining))
             eos = [e for e in g.eos_token_ids if bool(torch.isfinite(row[e]))]
             assert all(float(row[e]) == 0.0 for e in eos)
     model = tiny_random_llama(g.vocab_size, seed=3)
