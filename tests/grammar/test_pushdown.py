@@ -216,3 +216,13 @@ def test_admissible_bias_is_the_admissible_set_as_zero_and_minus_inf(smol_tokeni
         assert torch.equal(bias == 0, g.allowed(state))  # only EOS after EOS
     with pytest.raises(InvalidArgumentError, match="float64"):
         g.admissible_bias(g.initial_state, None, torch.float64)
+
+
+def test_a_pushdown_regex_refuses_automaton_only_options(smol_tokenizer):
+    # max_length bounds the text on the automaton; the pushdown backend cannot honour it, so it
+    # is refused, not ignored (it was ignored before issue 31's compiler)
+    from hf_fvo.errors import InvalidArgumentError
+
+    for option in ({"max_length": 4}, {"max_states": 10}):
+        with pytest.raises(InvalidArgumentError, match="apply to backend='automaton'"):
+            Grammar.from_regex("[a-z]+", smol_tokenizer, backend="pushdown", **option)

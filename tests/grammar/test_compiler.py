@@ -1,0 +1,46 @@
+"""The grammar compiler owns the tokenizer's facts and every cache: one compile per grammar."""
+
+from __future__ import annotations
+
+import pytest
+
+from hf_fvo import Grammar
+from hf_fvo.errors import TokenizerError
+from hf_fvo.grammar import GrammarCompiler, clear_cache
+from hf_fvo.grammar.vocabulary import BRACKETS
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+
+def test_front_doors_share_the_tokenizers_compiler(smol_tokenizer):
+    shared = GrammarCompiler.shared(smol_tokenizer)
+    g = Grammar.from_json_schema(SCHEMA, smol_tokenizer, whitespace="")
+    assert shared.json_schema(SCHEMA, whitespace="") is g
+    assert Grammar.from_choices(["a", "b"], smol_tokenizer) is shared.choices(["a", "b"])
+
+
+def test_another_mask_length_is_another_compiler(smol_tokenizer):
+    a = GrammarCompiler.shared(smol_tokenizer)
+    b = GrammarCompiler.shared(smol_tokenizer, len(smol_tokenizer) + 64)
+    assert a is not b and b.vocab_size == len(smol_tokenizer) + 64
+    assert b.choices(["a"]).vocab_size == len(smol_tokenizer) + 64
+
+
+def test_clear_cache_forgets_compiled_grammars(smol_tokenizer):
+    g = Grammar.from_choices(["x", "y"], smol_tokenizer)
+    clear_cache()
+    again = Grammar.from_choices(["x", "y"], smol_tokenizer)
+    assert again is not g and again.token_trie().num_sequences == g.token_trie().num_sequences
+
+
+def test_a_private_compiler_keeps_its_own_grammars():
+    compiler = GrammarCompiler(BRACKETS, cache_size=1)
+    a = compiler.dyck(2, 6)
+    assert compiler.dyck(2, 6) is a
+    compiler.dyck(3, 6)  # evicts the first (cache_size=1)
+    assert compiler.dyck(2, 6) is not a
+
+
+def test_a_mask_shorter_than_the_vocabulary_is_refused(smol_tokenizer):
+    with pytest.raises(TokenizerError, match="would cut off usable tokens"):
+        GrammarCompiler(smol_tokenizer, vocab_size=100)
