@@ -8,13 +8,10 @@ Usage: python benchmarks/exact_laws_smollm2.py [--schemas A B C D] [--tol 1e-10]
 from __future__ import annotations
 
 import argparse
-import platform
 import re
 import time
 
-import torch
-import transformers
-from docs_section import DOCS, write_section
+from harness import DOCS, machine, versions, write_section
 from schemas import SCHEMAS, compiled
 
 from hf_fvo.errors import GrammarTooLargeError
@@ -37,8 +34,7 @@ def run(keys: list[str], proj_tol: float, max_nodes: int, cache_rows: int, kv_gb
         "Command: `python benchmarks/exact_laws_smollm2.py --write` (μ* and exact Φ explored "
         f"until the unexplored mass is at most the schema's tol, μ_proj until ≤ {proj_tol:g}).",
         "",
-        f"Machine: {platform.machine()} CPU, torch {torch.__version__}, "
-        f"transformers {transformers.__version__}; model SmolLM2-135M-Instruct (float32); "
+        f"Machine: {machine()}, {versions()}; model SmolLM2-135M-Instruct (float32); "
         "prompt: the chat template around `Reply with a JSON object with <field> in [...], ...`; "
         "whitespace-free JSON. Prefix forwards share the prompt's KV cache and their ancestors' "
         "keys (`PrefixLM`), and every row is computed once for all four laws.",

@@ -11,11 +11,9 @@ Usage: python benchmarks/forward_precision.py [--schema A] [--top 20] [--write]
 from __future__ import annotations
 
 import argparse
-import platform
 
 import torch
-import transformers
-from docs_section import write_section
+from harness import machine, versions, write_section
 from schemas import SCHEMAS, compiled
 
 from hf_fvo.models import load_default_model, load_default_tokenizer
@@ -50,8 +48,7 @@ def run(letter: str, top: int) -> str:
             SECTION,
             "",
             f"Command: `python benchmarks/forward_precision.py --schema {letter} --top {top} "
-            f"--write`. Machine: {platform.machine()} CPU, torch {torch.__version__}, "
-            f"transformers {transformers.__version__}; SmolLM2-135M-Instruct; schema {key}, "
+            f"--write`. Machine: {machine()}, {versions()}; SmolLM2-135M-Instruct; schema {key}, "
             f"its {len(best)} most likely token sequences ({min(lengths)}–{max(lengths)} tokens "
             "each, EOS included).",
             "",

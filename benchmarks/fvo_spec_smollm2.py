@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import platform
 import time
 
 import torch
-import transformers
-from docs_section import write_section
+from harness import machine, versions, write_section
 from schemas import SCHEMAS, compiled, prompt_ids, select
 
 import hf_fvo
@@ -40,9 +38,8 @@ MAX_NEW = 48
 
 def _machine() -> str:
     return (
-        f"{platform.machine()} CPU ({torch.get_num_threads()} threads), torch {torch.__version__}, "
-        f"transformers {transformers.__version__}; target SmolLM2-135M-Instruct float32, draft a "
-        "bfloat16 copy of it"
+        f"{machine()}, {versions()}; target SmolLM2-135M-Instruct float32, draft a bfloat16 copy "
+        "of it"
     )
 
 

@@ -19,18 +19,15 @@ import argparse
 import ctypes
 import json
 import multiprocessing as mp
-import platform
 import random
 import resource
 import statistics
 import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-DEV = ROOT.parent / "shared" / "realworld" / "jsonschemabench-dev.jsonl"
+from harness import DEV, provenance
+
 ENGINES = ("hf_fvo", "hf_fvo_automaton", "xgrammar", "outlines_core", "llguidance")
 STEPS = 20
 
@@ -337,34 +334,22 @@ def main() -> None:
     table = summarize(records, len(rows), args)
     print(table)
     if args.write:
-        from benchmarks.docs_section import write_section
+        from harness import write_section
 
         write_section(table.splitlines()[0], table)
 
 
 def summarize(records: list[dict], n: int, args) -> str:
-    import torch
-    import transformers
 
     by = defaultdict(list)
     for r in records:
         by[r["engine"]].append(r)
-    versions = []
-    for pkg in ("llguidance", "xgrammar", "outlines_core"):
-        try:
-            from importlib.metadata import version
-
-            versions.append(f"{pkg} {version(pkg.replace('_', '-'))}")
-        except Exception:
-            pass
     lines = [
         "## Real-world schemas: hf_fvo's backends beside XGrammar, outlines-core and llguidance",
         "",
-        f"`python benchmarks/grammar_engines.py --timeout {args.timeout:g} --write`: {n} schemas "
+        f"{provenance('llguidance', 'xgrammar', 'outlines-core')} {n} schemas "
         f"of `jsonschemabench-dev.jsonl`, SmolLM2 tokenizer, compact JSON, one worker process per "
-        f"engine, engines interleaved per schema; {platform.processor() or platform.machine()}, "
-        f"Python {platform.python_version()}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, {', '.join(versions)}. Masks: 20-step seeded random walks "
+        "engine, engines interleaved per schema. Masks: 20-step seeded random walks "
         "(full-vocabulary mask per step; hf_fvo's include its UTF-8 and EOS handling and build a "
         "`torch.bool` mask; the first mask of a lazily compiled grammar pays its lexer build). "
         "Each worker freezes its setup objects out of the garbage collector and runs under an "

@@ -20,15 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from harness import machine, versions
 
 
 def finite_schemas(schemas: str | None, count: int) -> list[tuple[str, dict, str]]:
@@ -107,8 +103,6 @@ def save(out: Path, loso: list[dict], kept: dict[str, dict], markov: list[dict])
 
 def main() -> None:
     import datasets
-    import torch
-    import transformers
 
     from hf_fvo.models import load_default_model, load_default_tokenizer
     from hf_fvo.phi import LearnedPhi, PhiModel
@@ -178,9 +172,8 @@ def main() -> None:
         f"{' --weights ' + args.weights if args.weights else ''}"
         f"{' --resume' if args.resume else ''} --write`; labels from "
         "`hf-fvo train-phi` (the command is in the weights' config.json). Machine: "
-        f"{platform.machine()} CPU, Python {platform.python_version()}, torch "
-        f"{torch.__version__}, transformers {transformers.__version__}; "
-        f"{time.strftime('%Y-%m-%d')}; {time.perf_counter() - t0:.0f} s"
+        f"{machine()}, {versions()}; {time.strftime('%Y-%m-%d')}; "
+        f"{time.perf_counter() - t0:.0f} s"
         f"{' (this invocation; rows it kept were timed by earlier ones)' if args.resume else ''}."
     )
     lines += ["", "Leave one schema out (SmolLM2-135M-Instruct, compact JSON, token-level laws; "
@@ -208,7 +201,7 @@ def main() -> None:
         reduction = 100 * r["reduction_vs_uniform"]
         lines.append(f"| {r['row']} | {cell(r, 'uniform')} | {cell(r, 'onestep')} | "
                      f"{cell(r, 'learned')} | {reduction:.1f} % |")  # fmt: skip
-    from benchmarks.docs_section import publish
+    from harness import publish
 
     publish(lines, args.write)
 

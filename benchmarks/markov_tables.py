@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import platform
 import statistics
 import time
 
 import numpy as np
 import torch
-import transformers
-from docs_section import write_section
+from harness import machine, versions, write_section
 
 import hf_fvo
 from hf_fvo import Grammar
@@ -56,11 +54,7 @@ def toy_lm() -> MarkovLM:
 
 
 def _machine() -> str:
-    return (
-        f"{platform.machine()} CPU ({torch.get_num_threads()} threads), Python "
-        f"{platform.python_version()}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}; measured {time.strftime('%Y-%m-%d')}"
-    )
+    return f"{machine()}, {versions()}; measured {time.strftime('%Y-%m-%d')}"
 
 
 # -- Table 8 ------------------------------------------------------------------------------------

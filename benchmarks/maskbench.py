@@ -18,21 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
 from collections import defaultdict
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-DEV = ROOT.parent / "shared" / "realworld" / "maskbench-dev.jsonl"
+from harness import MASKBENCH as DEV
+from harness import provenance
 
 
 def main() -> None:
-    import torch
-    import transformers
 
-    from benchmarks.grammar_engines import ENGINES, Pool
+    from grammar_engines import ENGINES, Pool
+
     from hf_fvo import Grammar
     from hf_fvo.errors import GrammarError
     from hf_fvo.eval.instances import accepting_serialization, in_schema_order, schema_key_order
@@ -96,10 +91,9 @@ def main() -> None:
     lines = [
         "## MaskBench: valid instances accepted, invalid ones rejected",
         "",
-        f"`python benchmarks/maskbench.py --timeout {args.timeout:g} --write`: {len(rows)} files "
+        f"{provenance('llguidance', 'xgrammar')} {len(rows)} files "
         f"of `maskbench-dev.jsonl`, SmolLM2 tokenizer, compact JSON, the spec's language (no "
-        f"strict objects); {platform.processor() or platform.machine()}, torch "
-        f"{torch.__version__}, transformers {transformers.__version__}. Instances are read as "
+        "strict objects). Instances are read as "
         "the tokenizer's tokenization of their compact JSON with keys in the order of the "
         "subschema they match (`in_schema_order`); "
         "'hf_fvo (search)' feeds the same grammar through `accepting_serialization` (any key "
@@ -118,7 +112,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
-        from benchmarks.docs_section import write_section
+        from harness import write_section
 
         write_section(lines[0], table)
 

@@ -17,17 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
+from harness import provenance
 
 
 def errors(positions, exact_row, make, repeats: int) -> tuple[float, float, float]:
@@ -48,6 +42,7 @@ def errors(positions, exact_row, make, repeats: int) -> tuple[float, float, floa
 
 def dyck_row(args) -> tuple:
     from hf_fvo import Grammar
+    from hf_fvo.grammar.vocabulary import BRACKETS
     from hf_fvo.models import MarkovLM
     from hf_fvo.phi import MarkovExactPhi, PhiContext
 
@@ -121,10 +116,7 @@ def main() -> None:
     lines = [
         "## Masked (importance-weighted) rollouts against unconstrained ones",
         "",
-        f"Command: `python benchmarks/masked_rollouts.py --repeats {args.repeats} --write`. "
-        f"Machine: {platform.machine()} CPU ({torch.get_num_threads()} threads), Python "
-        f"{platform.python_version()}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}; {time.strftime('%Y-%m-%d')}. |Φ̂ − Φ| against exact Φ over "
+        f"{provenance()} |Φ̂ − Φ| against exact Φ over "
         "every rolled-out candidate at each position × repeat (fresh seeds); *zero* is the share "
         "of candidates with Φ > 0 that got Φ̂ = 0 (every rollout failed).",
         "",
@@ -146,7 +138,7 @@ def main() -> None:
             lines.append(f"| {name} | {len(positions)} | {k} | " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
     lines += ["", f"{time.perf_counter() - t0:.0f} s."]
-    from benchmarks.docs_section import publish
+    from harness import publish
 
     publish(lines, args.write)
 

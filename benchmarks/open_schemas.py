@@ -32,19 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
 import time
 import warnings
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import numpy as np
-import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-DEV = ROOT.parent / "shared" / "realworld" / "jsonschemabench-dev.jsonl"
+from harness import DEV, provenance
 
 Weighted = list[tuple[tuple[int, ...], float]]  # (draw, weight); weights sum to 1
 
@@ -143,8 +137,8 @@ def trained_on() -> frozenset:
 def main() -> None:
     import datasets
     import transformers
+    from realworld_generation import pick_schemas, prompt_ids
 
-    from benchmarks.realworld_generation import pick_schemas, prompt_ids
     from hf_fvo.errors import OutsideTrainingWarning
     from hf_fvo.eval.reference import WeightedSample, importance_sample
     from hf_fvo.models import load_default_model, load_default_tokenizer
@@ -215,7 +209,6 @@ def main() -> None:
 
 def render(records: list[dict], args: argparse.Namespace, seconds: float) -> None:
     """The docs section (printed; written into docs/benchmarks.md with ``--write``)."""
-    import transformers
 
     from hf_fvo.phi.learned import DEFAULT_OPEN_WEIGHTS
 
@@ -225,12 +218,7 @@ def render(records: list[dict], args: argparse.Namespace, seconds: float) -> Non
     lines = [
         "## Open real schemas: cap endings and distance to the importance-sampled μ*",
         "",
-        f"Command: `python benchmarks/open_schemas.py --schemas {args.schemas} --draws {n} "
-        f"--phi {' '.join(args.phi)} --max-new-tokens {budget} --seed {args.seed} --write`. "
-        f"Machine: {platform.machine()} CPU ({torch.get_num_threads()} threads), Python "
-        f"{platform.python_version()}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}; {time.strftime('%Y-%m-%d')}; "
-        f"{seconds:.0f} s. Embedded SmolLM2-135M-Instruct, the schema in the "
+        f"{provenance()} {seconds:.0f} s. Embedded SmolLM2-135M-Instruct, the schema in the "
         f"prompt, compact JSON, `do_sample=True, top_k=0`, {2 * n} draws per estimator and "
         f"schema, {budget} new tokens at most; the {len(trained_on())} open schemas the shipped "
         "learned-Φ weights were trained on are passed over. Distance: the mean of the "
@@ -267,7 +255,7 @@ def render(records: list[dict], args: argparse.Namespace, seconds: float) -> Non
     lines.append(f"- Schemas whose language is known to be finite: {finite} of {len(records)} "
                  "(`phi=\"learned\"` uses the weights trained on finite languages there, and "
                  f"`{DEFAULT_OPEN_WEIGHTS.name}` on the others).")  # fmt: skip
-    from benchmarks.docs_section import publish
+    from harness import publish
 
     publish(lines, args.write)
 

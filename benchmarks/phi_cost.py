@@ -11,12 +11,11 @@ included); ``exact`` is measured after its trie exploration is cached
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 
 import torch
-import transformers
+from harness import provenance
 
 from hf_fvo import Grammar
 from hf_fvo.generation import GrammarLogitsProcessor
@@ -79,8 +78,7 @@ def main() -> None:
         model(ctx_ids[:, -1:], use_cache=True, **cache_argument(model, cache))
 
     forward = statistics.median(_timed(one_forward, args.repeats))
-    print(f"machine: {platform.machine()} CPU, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}")  # fmt: skip
+    print(provenance())
     print(f"one SmolLM2 forward (cached decoding step, context {ctx_ids.shape[1]}): "
           f"{forward * 1e3:.1f} ms median\n")  # fmt: skip
     print("| estimator | grammar | per-step median | p99 | ratio to one forward |")

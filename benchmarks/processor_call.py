@@ -16,18 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import sys
 import time
-from importlib.metadata import version
-from pathlib import Path
 
 import torch
 import transformers
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SECTION = "## One logits-processor call: hf_fvo beside outlines-core, XGrammar, llguidance"
 SCHEMAS = {
@@ -61,7 +54,7 @@ automaton it sums p_t once per distinct next state."""
 
 def main() -> None:
     import outlines
-    from docs_section import publish
+    from harness import provenance, publish
     from outlines.backends import get_json_schema_logits_processor
 
     import hf_fvo
@@ -82,14 +75,8 @@ def main() -> None:
     lines = [
         SECTION,
         "",
-        f"Command: `python benchmarks/processor_call.py --passes {args.passes} --write`. Machine: "
-        f"{platform.machine()} CPU ({torch.get_num_threads()} threads), Python "
-        f"{platform.python_version()}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}, outlines {version('outlines')}, outlines-core "
-        f"{version('outlines-core')}, xgrammar {version('xgrammar')}, llguidance "
-        f"{version('llguidance')}; "
-        f"{time.strftime('%Y-%m-%d')}. SmolLM2-135M-Instruct's vocabulary and logits, compact "
-        "JSON, batch 1.",
+        provenance("outlines", "outlines-core", "xgrammar", "llguidance")
+        + " SmolLM2-135M-Instruct's vocabulary and logits, compact JSON, batch 1.",
         "",
         "| schema | processor | calls | median | p90 | median ÷ fastest peer |",
         "|---|---|---|---|---|---|",

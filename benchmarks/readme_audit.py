@@ -11,18 +11,14 @@ Usage: python benchmarks/readme_audit.py [--runs 2] [--write]
 from __future__ import annotations
 
 import argparse
-import platform
 import re
 import resource
 import shlex
 import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import ROOT, machine, versions
 
 SECTION = "## The README's audit command: time to answer"
 
@@ -39,9 +35,7 @@ def readme_command() -> tuple[list[str], str]:
 
 
 def main() -> None:
-    import torch
-    import transformers
-    from docs_section import publish
+    from harness import publish
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=2)
@@ -65,9 +59,7 @@ def main() -> None:
         "",
         f"Command: `python benchmarks/readme_audit.py --runs {args.runs} --write`, which runs the "
         f"README's `{command}` in a fresh process from an empty directory. Machine: "
-        f"{platform.machine()} CPU ({torch.get_num_threads()} threads), Python "
-        f"{platform.python_version()}, torch {torch.__version__}, transformers "
-        f"{transformers.__version__}; {time.strftime('%Y-%m-%d')}.",
+        f"{machine()}, {versions()}; {time.strftime('%Y-%m-%d')}.",
         "",
         "| run | wall | CPU (user + system) | result |",
         "|---|---|---|---|",

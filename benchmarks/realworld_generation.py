@@ -14,18 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-DEV = ROOT.parent / "shared" / "realworld" / "jsonschemabench-dev.jsonl"
+from harness import DEV, provenance
 
 
 def pick_schemas(
@@ -84,8 +79,6 @@ def prompt_ids(tokenizer, schema: dict) -> torch.Tensor:
 
 def main() -> None:
     import datasets
-    import jsonschema
-    import transformers
 
     import hf_fvo
     from hf_fvo.models import load_default_model, load_default_tokenizer
@@ -130,11 +123,7 @@ def main() -> None:
     lines = [
         f"## Real-world schemas: sampled outputs validate (phi={args.phi})",
         "",
-        f"`python benchmarks/realworld_generation.py --schemas {args.schemas} --samples "
-        f"{args.samples} --phi {args.phi} --max-new-tokens {args.max_new_tokens} --write` on "
-        f"{platform.processor() or platform.machine()} ({torch.get_num_threads()} threads), "
-        f"torch {torch.__version__}, transformers {transformers.__version__}, jsonschema "
-        f"{jsonschema.__version__}; embedded SmolLM2-135M-Instruct, `do_sample=True, top_k=0`, "
+        f"{provenance('jsonschema')} Embedded SmolLM2-135M-Instruct, `do_sample=True, top_k=0`, "
         "compact JSON, strict objects. Validity is checked with `jsonschema` (format checker on) "
         "against the original schema.",
         "",
@@ -156,7 +145,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
-        from benchmarks.docs_section import write_section
+        from harness import write_section
 
         write_section(lines[0], table)
 

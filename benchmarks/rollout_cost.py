@@ -16,13 +16,12 @@ Usage: python benchmarks/rollout_cost.py [--k 8] [--layers 30 --hidden 576 --hea
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 
 import torch
-import transformers
 from accelerate import PartialState
+from harness import provenance
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from hf_fvo import Grammar
@@ -126,10 +125,9 @@ def main() -> None:
     calls = statistics.median(r[0] for r in rows)
     tokens = statistics.median(r[1] for r in rows)
     wall = statistics.median(r[2] for r in rows)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.machine()
     print(
-        f"device: {name} ({state.num_processes} process(es)); torch {torch.__version__}, "
-        f"transformers {transformers.__version__}; model: Llama {args.layers} layers, hidden "
+        f"{provenance(device=device)} {state.num_processes} process(es); model: Llama "
+        f"{args.layers} layers, hidden "
         f"{args.hidden}, {args.heads} heads ({args.kv} kv), vocab {args.vocab}, {args.dtype}, "
         f"random weights; tokenizer: {tok_name}; k = {args.k}, horizon {args.horizon}"
     )

@@ -28,23 +28,17 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import transformers
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SECTION = "## FVO-Spec speed: free grammar drafts against plain masked sampling"
 
 
 def main() -> None:
-    from docs_section import publish
+    from harness import provenance, publish
     from schemas import SCHEMAS, compiled
 
     import hf_fvo
@@ -147,22 +141,12 @@ def main() -> None:
                                 for _ in range(3))  # fmt: skip
     section = SECTION + (" (with exact Φ)" if args.exact else "")
     section += " (open schemas)" if args.open else ""
-    where = f"--open {args.open}" if args.open else f"--schemas {' '.join(args.schemas)}"
-    machine = f"{platform.machine()} CPU ({torch.get_num_threads()} threads)"
     if model.device.type == "cuda":
         section += f" ({torch.cuda.get_device_name()})"
-        where += f" --device {args.device}"
-        machine = (f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}), "
-                   f"{platform.machine()} host")  # fmt: skip
     lines = [
         section,
         "",
-        f"Command: `python benchmarks/spec_speed.py {where} --reps "
-        f"{args.reps} --max-new-tokens {args.max_new_tokens} --gamma {args.gamma}"
-        f"{' --exact' if args.exact else ''} --write`. Machine: {machine}, Python "
-        f"{platform.python_version()}, torch "
-        f"{torch.__version__}, transformers {transformers.__version__}; "
-        f"{time.strftime('%Y-%m-%d')}; {time.perf_counter() - t_all:.0f} s. Target "
+        f"{provenance(device=model.device)} {time.perf_counter() - t_all:.0f} s. Target "
         "SmolLM2-135M-Instruct float32, `do_sample=True, top_k=0`, `phi='uniform'` unless "
         f"named; schemas {', '.join(k.split()[0] for k in grammars)}; each configuration "
         f"{args.reps} samples per schema, interleaved.",
