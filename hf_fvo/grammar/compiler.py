@@ -12,7 +12,7 @@ pattern questions), and holds each backend's per-tokenizer tables, built once. T
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from hf_fvo.errors import (
@@ -208,32 +208,10 @@ class GrammarCompiler:
         characters."""
         return self._automaton(dyck_source(depth, brackets), check_int("max_length", max_length))
 
-    # -- grammars given as token tables (no tokenizer) -------------------------------------
+    # -- grammars given as token tables (no tokenizer): the automaton backend's own ----------
 
-    @staticmethod
-    def transitions(
-        transitions: Mapping[int, Mapping[int, int]],
-        accepting: Iterable[int],
-        *,
-        vocab_size: int,
-        eos_token_id: int | Sequence[int],
-        initial_state: int = 0,
-        source: str = "token automaton",
-    ) -> TokenAutomaton:
-        """See :func:`hf_fvo.grammar.automaton.from_transitions`."""
-        return from_transitions(
-            transitions, accepting, vocab_size=vocab_size, eos_token_id=eos_token_id,
-            initial_state=initial_state, source=source,
-        )  # fmt: skip
-
-    @staticmethod
-    def budget(
-        n: int, k: int, *, zero: int, one: int, eos_token_id: int, vocab_size: int
-    ) -> TokenAutomaton:
-        """See :func:`hf_fvo.grammar.automaton.budget_language`."""
-        return budget_language(
-            n, k, zero=zero, one=one, eos_token_id=eos_token_id, vocab_size=vocab_size
-        )
+    transitions = staticmethod(from_transitions)
+    budget = staticmethod(budget_language)
 
     # -- internals --------------------------------------------------------------------------
 
