@@ -8,9 +8,10 @@ are later discarded.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -163,7 +164,8 @@ class FVOLogitsProcessor(LogitsProcessor):
         vocab = self.grammar.vocab_size
         out = torch.empty_like(scores)  # every row's [:vocab] is written below
         out[:, vocab:] = -torch.inf  # ids the grammar does not know (a padded embedding)
-        self._sane: bool | None = None  # no NaN/+inf in the scores (checked when first needed)
+        # no NaN/+inf in the scores: one pass over the batch, when a row first needs to know
+        sane = functools.cache(lambda: _finite_or_minus_inf(scores.max()))
         dead: Exception | None = None
         for r, row in enumerate(input_ids.tolist()):
             prompt, generated = self.tracker.split(row, r, rows)
@@ -176,7 +178,7 @@ class FVOLogitsProcessor(LogitsProcessor):
                     raise
                 out[r].fill_(-torch.inf)
                 continue
-            conflict = self._score_row(out, scores, r, state, prompt, generated)
+            conflict = self._score_row(out, scores, r, state, prompt, generated, sane)
             if conflict is not None:
                 if not self.beam_search:
                     raise conflict
@@ -193,6 +195,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         state: Any,
         prompt: tuple[int, ...],
         generated: tuple[int, ...],
+        sane: Callable[[], bool],
     ) -> ConstraintConflictError | None:
         """Write row ``r`` of ``out``: log p_t + log Φ̂_t on the admissible set within the
         budget, −inf elsewhere; the conflict when no admissible token has a finite score."""
@@ -207,10 +210,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         if self._masking and self._mask_row(out, scores, r, state, remaining):
             self.tracker.record(generated, _MASKING_STEP)
             return None
-        if self._sane is None:
-            peak = scores.max()  # one pass: NaN/+inf propagate
-            self._sane = bool(torch.isfinite(peak) or peak == -torch.inf)
-        logits = scores[r] if self._sane else self._finite_scores(scores[r], state, remaining)
+        logits = scores[r] if sane() else self._finite_scores(scores[r], state, remaining)
         step = self.estimator.step(PhiContext(state, generated, logits, remaining, prompt))
         self.tracker.record(generated, step.diagnostics)
         log_phi = step.log_phi
@@ -299,6 +299,11 @@ class FVOLogitsProcessor(LogitsProcessor):
 
 # masking's per-step diagnostics, as UniformPhi.step computes them: Φ̄ = 1, no spread, no bound
 _MASKING_STEP = PhiDiagnostics(1.0, 0.0, None, None, 0.0)
+
+
+def _finite_or_minus_inf(peak: torch.Tensor) -> bool:
+    """Whether a max over scores is finite or −inf (NaN and +inf propagate through max)."""
+    return bool(torch.isfinite(peak) or peak == -torch.inf)
 
 
 def _check_call(input_ids: Any, scores: Any, grammar: Grammar) -> None:
