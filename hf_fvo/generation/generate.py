@@ -169,6 +169,128 @@ def generate(
     start = width if prompt_length is None else check_int("prompt_length", prompt_length)
     if start > width:
         raise InvalidArgumentError(f"prompt_length={start} exceeds the input's width {width}")
+    _check_tokenizers(model, grammar, assistant_model, generate_kwargs)
+    if generate_kwargs.get("attention_mask") is None:  # unpadded: Transformers cannot infer it
+        generate_kwargs["attention_mask"] = torch.ones_like(input_ids)
+    processor = FVOLogitsProcessor(grammar, phi=phi, model=model, prompt_length=start,
+                                   attention_mask=generate_kwargs["attention_mask"])  # fmt: skip
+    processor.tracker.input_length = width  # a continuation, if any, is checked against it
+    call = _Call(
+        processor, request, input_ids, width=model_vocab_size(model) or grammar.vocab_size,
+        splits=model_memory(model, "splits", SPLITS_KEPT),
+        streamer=generate_kwargs.get("streamer"), assistant_model=assistant_model,
+        draft_kwargs={"draft_phi": draft_phi, "blind": blind_draft,
+                      "num_assistant_tokens": num_assistant_tokens,
+                      "grammar_runs": grammar_draft is not False},
+    )  # fmt: skip
+    extra = generate_kwargs.pop("logits_processor", None) or []
+    out = model.generate(
+        input_ids,
+        logits_processor=LogitsProcessorList([processor, *extra]),
+        assistant_model=assistant_model,
+        custom_generate=call.decode,
+        **generate_kwargs,
+    )
+    if call.drafted and not isinstance(out, torch.Tensor):
+        out["speculation"] = call.stats
+    return _with_certificates(out, processor, start, width - start)
+
+
+class _Call:
+    """One ``hf_fvo.generate`` call as Transformers calls it back: :meth:`decode` is the
+    ``custom_generate`` loop (it sees the generation config as Transformers prepared it, so the
+    budget and the mode are decided there), :meth:`candidates` the candidate generator
+    assisted decoding asks for."""
+
+    def __init__(
+        self,
+        processor: FVOLogitsProcessor,
+        request: DecodingRequest,
+        input_ids: torch.Tensor,
+        *,
+        width: int,
+        splits: Any,
+        streamer: Any,
+        assistant_model: Any,
+        draft_kwargs: dict[str, Any],
+    ) -> None:
+        self.processor = processor
+        self.request = request
+        self.input_width = input_ids.shape[1]
+        self.vocab_width = width  # the target's logits width
+        start = processor.tracker.prompt_length
+        self.states = [processor.tracker.state(tuple(row[start:])) for row in input_ids.tolist()]
+        self.splits = splits
+        self.streamer = streamer
+        self.assistant_model = assistant_model
+        self.draft_kwargs = draft_kwargs
+        self.stats = SpeculationStats()
+        self.drafted = False  # whether assisted decoding ran
+
+    def decode(
+        self,
+        model: Any,
+        input_ids: torch.LongTensor,
+        logits_processor: LogitsProcessorList,
+        stopping_criteria: Any,
+        generation_config: Any,
+        inputs_tensor: torch.Tensor | None = None,
+        **model_kwargs: Any,
+    ) -> Any:
+        processor, rows = self.processor, self.processor.tracker
+        rows.input_length = input_ids.shape[1]
+        rows.max_new_tokens = generation_config.max_length - input_ids.shape[1]
+        processor.beam_search = (generation_config.num_beams or 1) > 1
+        upstream = _upstream_of(processor, logits_processor)
+        _check_feasible(processor.grammar, self.states, rows.max_new_tokens, generation_config,
+                        self.input_width)  # fmt: skip
+        asked = {k for k in _PER_STEP_OUTPUTS if getattr(generation_config, k, None)}
+        mode = decoding_mode(replace(
+            self.request,
+            copies=generation_config.num_return_sequences or 1,
+            per_step=tuple(sorted(asked | set(self.request.per_step))),
+            beams=generation_config.num_beams or 1,
+            why_not_assisted=why_not_assisted(model, generation_config, model_kwargs),
+        ))  # fmt: skip
+        streamer = {"streamer": self.streamer} if self.streamer is not None else {}
+        try:
+            if mode == "plain":
+                return decoding_loop(generation_config)(
+                    model, input_ids, logits_processor, stopping_criteria, generation_config,
+                    **streamer, **model_kwargs,
+                )  # fmt: skip
+            self.drafted = True
+            return assisted_decoding(
+                model, self.candidates, input_ids, logits_processor, stopping_criteria,
+                generation_config, synced_gpus=False, streamer=self.streamer,
+                inputs_tensor=inputs_tensor, assistant_model=self.assistant_model, **model_kwargs,
+            )  # fmt: skip
+        except ConstraintConflictError as exc:
+            if not upstream:
+                raise
+            raise ConstraintConflictError(
+                f"{exc}. Processors that ran before the grammar's in this call: {upstream}"
+            ) from exc
+
+    def candidates(self, **kw: Any) -> Any:
+        config = kw["generation_config"]
+        if self.assistant_model is None:
+            return GrammarCandidateGenerator(
+                self.processor, self.vocab_width, stats=self.stats, splits=self.splits,
+                max_length=config.max_length, temperature=verifier_temperature(config),
+            )  # fmt: skip
+        return GrammarAwareCandidateGenerator(
+            kw["input_ids"], self.assistant_model, config, kw["model_kwargs"],
+            kw.get("inputs_tensor"), kw["logits_processor"], stats=self.stats,
+            splits=self.splits, **self.draft_kwargs,
+        )  # fmt: skip
+
+
+def _check_tokenizers(
+    model: Any, grammar: Grammar, assistant_model: Any, generate_kwargs: dict[str, Any]
+) -> None:
+    """The model scores the grammar's token ids, a ``tokenizer`` passed is the grammar's, and a
+    draft shares the target's tokenizer."""
     mismatch = vocabulary_mismatch(model_vocab_size(model), grammar, "the model")
     if mismatch is not None:
         raise mismatch
@@ -180,89 +302,6 @@ def generate(
                 raise InvalidArgumentError(
                     f"FVO-Spec needs a draft with the target's tokenizer; drop {key}="
                 )
-    attention_mask = generate_kwargs.get("attention_mask")
-    if attention_mask is None:  # an unpadded prompt: say so, Transformers cannot infer it
-        attention_mask = generate_kwargs["attention_mask"] = torch.ones_like(input_ids)
-    processor = FVOLogitsProcessor(
-        grammar, phi=phi, model=model, prompt_length=start, attention_mask=attention_mask
-    )
-    rows = processor.tracker
-    rows.input_length = width  # the continuation, if any, is checked against the grammar
-    states = [rows.state(tuple(row[start:])) for row in input_ids.tolist()]
-    extra = generate_kwargs.pop("logits_processor", None) or []
-    streamer = generate_kwargs.get("streamer")
-    stats = SpeculationStats()
-    splits = model_memory(model, "splits", SPLITS_KEPT)
-    drafted: list[bool] = []  # whether assisted decoding ran
-
-    def candidates(**kw: Any) -> Any:
-        config = kw["generation_config"]
-        if assistant_model is None:
-            return GrammarCandidateGenerator(
-                processor, model_vocab_size(model) or grammar.vocab_size, stats=stats,
-                splits=splits, max_length=config.max_length,
-                temperature=verifier_temperature(config),
-            )  # fmt: skip
-        return GrammarAwareCandidateGenerator(
-            kw["input_ids"], assistant_model, config, kw["model_kwargs"], kw.get("inputs_tensor"),
-            kw["logits_processor"], draft_phi=draft_phi, blind=blind_draft,
-            num_assistant_tokens=num_assistant_tokens, stats=stats,
-            grammar_runs=grammar_draft is not False, splits=splits,
-        )  # fmt: skip
-
-    def fvo_decoding(
-        model: Any,
-        input_ids: torch.LongTensor,
-        logits_processor: LogitsProcessorList,
-        stopping_criteria: Any,
-        generation_config: Any,
-        inputs_tensor: torch.Tensor | None = None,
-        **model_kwargs: Any,
-    ) -> Any:
-        rows.input_length = input_ids.shape[1]
-        rows.max_new_tokens = generation_config.max_length - input_ids.shape[1]
-        processor.beam_search = (generation_config.num_beams or 1) > 1
-        upstream = _upstream_of(processor, logits_processor)
-        _check_feasible(grammar, states, rows.max_new_tokens, generation_config, width)
-        asked = {k for k in _PER_STEP_OUTPUTS if getattr(generation_config, k, None)}
-        mode = decoding_mode(
-            replace(
-                request,
-                copies=generation_config.num_return_sequences or 1,
-                per_step=tuple(sorted(asked | set(request.per_step))),
-                beams=generation_config.num_beams or 1,
-                why_not_assisted=why_not_assisted(model, generation_config, model_kwargs),
-            )
-        )
-        try:
-            if mode == "plain":
-                return decoding_loop(generation_config)(
-                    model, input_ids, logits_processor, stopping_criteria, generation_config,
-                    **({"streamer": streamer} if streamer is not None else {}), **model_kwargs,
-                )  # fmt: skip
-            drafted.append(True)
-            return assisted_decoding(
-                model, candidates, input_ids, logits_processor, stopping_criteria,
-                generation_config, synced_gpus=False, streamer=streamer,
-                inputs_tensor=inputs_tensor, assistant_model=assistant_model, **model_kwargs,
-            )  # fmt: skip
-        except ConstraintConflictError as exc:
-            if not upstream:
-                raise
-            raise ConstraintConflictError(
-                f"{exc}. Processors that ran before the grammar's in this call: {upstream}"
-            ) from exc
-
-    out = model.generate(
-        input_ids,
-        logits_processor=LogitsProcessorList([processor, *extra]),
-        assistant_model=assistant_model,
-        custom_generate=fvo_decoding,
-        **generate_kwargs,
-    )
-    if drafted and not isinstance(out, torch.Tensor):
-        out["speculation"] = stats
-    return _with_certificates(out, processor, start, width - start)
 
 
 def _check_flags(
