@@ -8,10 +8,9 @@ are later discarded.
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -164,8 +163,9 @@ class FVOLogitsProcessor(LogitsProcessor):
         vocab = self.grammar.vocab_size
         out = torch.empty_like(scores)  # every row's [:vocab] is written below
         out[:, vocab:] = -torch.inf  # ids the grammar does not know (a padded embedding)
-        # no NaN/+inf in the scores: one pass over the batch, when a row first needs to know
-        sane = functools.cache(lambda: _finite_or_minus_inf(scores.max()))
+        # no NaN/+inf in the scores: one pass over the batch, unless masking's fast path (which
+        # checks its row itself) serves every row
+        sane = None if self._masking else _finite_or_minus_inf(scores.max())
         dead: Exception | None = None
         for r, row in enumerate(input_ids.tolist()):
             prompt, generated = self.tracker.split(row, r, rows)
@@ -195,7 +195,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         state: Any,
         prompt: tuple[int, ...],
         generated: tuple[int, ...],
-        sane: Callable[[], bool],
+        sane: bool | None,
     ) -> ConstraintConflictError | None:
         """Write row ``r`` of ``out``: log p_t + log Φ̂_t on the admissible set within the
         budget, −inf elsewhere; the conflict when no admissible token has a finite score."""
@@ -210,7 +210,9 @@ class FVOLogitsProcessor(LogitsProcessor):
         if self._masking and self._mask_row(out, scores, r, state, remaining):
             self.tracker.record(generated, _MASKING_STEP)
             return None
-        logits = scores[r] if sane() else self._finite_scores(scores[r], state, remaining)
+        if sane is None:  # masking's fast path declined the row: NaN, +inf or nothing finite
+            sane = _finite_or_minus_inf(scores[r].max())
+        logits = scores[r] if sane else self._finite_scores(scores[r], state, remaining)
         step = self.estimator.step(PhiContext(state, generated, logits, remaining, prompt))
         self.tracker.record(generated, step.diagnostics)
         log_phi = step.log_phi
