@@ -25,7 +25,6 @@ from harness import provenance
 
 
 def main() -> None:
-
     from grammar_engines import ENGINES, Pool
 
     from hf_fvo import Grammar

@@ -1,6 +1,7 @@
 """Transformers' decoding loops, entered by name: the one module that touches Transformers'
 private generation API (``GENERATION_MODES_MAPPING``, ``GenerationMixin._assisted_decoding``,
-``_get_candidate_generator``), so that a Transformers release that moves them breaks one file.
+``_get_candidate_generator``, the candidate generator's ``_prepare_*`` helpers), so that a
+Transformers release that moves them breaks one file.
 """
 
 from __future__ import annotations
@@ -9,11 +10,16 @@ from collections.abc import Callable
 from typing import Any
 
 from transformers import GenerationMixin
+from transformers.generation.candidate_generator import (
+    _prepare_attention_mask,
+    _prepare_position_ids,
+    _prepare_token_type_ids,
+)
 from transformers.generation.utils import GENERATION_MODES_MAPPING
 
 from hf_fvo.errors import InvalidArgumentError
 
-__all__ = ["assisted_decoding", "decoding_loop", "why_not_assisted"]
+__all__ = ["assisted_decoding", "decoding_loop", "why_not_assisted", "widened_model_kwargs"]
 
 
 def decoding_loop(generation_config: Any) -> Callable[..., Any]:
@@ -58,6 +64,14 @@ def why_not_assisted(model: Any, generation_config: Any, model_kwargs: dict) -> 
     if type(given).__name__ == "StaticCache":
         return "a StaticCache"
     return None
+
+
+def widened_model_kwargs(model_kwargs: dict, width: int, encoder_decoder: bool) -> dict:
+    """A draft's attention mask, position ids and token type ids extended to ``width`` columns,
+    as Transformers' assisted generator extends them once the draft has a cache."""
+    model_kwargs = _prepare_attention_mask(model_kwargs, width, encoder_decoder)
+    model_kwargs = _prepare_position_ids(model_kwargs, width, encoder_decoder)
+    return _prepare_token_type_ids(model_kwargs, width)
 
 
 class _WithCandidateGenerator:

@@ -17,12 +17,7 @@ from typing import Any
 
 import torch
 from transformers import LogitsProcessorList
-from transformers.generation.candidate_generator import (
-    AssistedCandidateGenerator,
-    _prepare_attention_mask,
-    _prepare_position_ids,
-    _prepare_token_type_ids,
-)
+from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
 from hf_fvo.errors import InvalidArgumentError, check_int
 from hf_fvo.generation.drafts import (
@@ -35,6 +30,7 @@ from hf_fvo.generation.drafts import (
     point_mass_logits,
     verifier_temperature,
 )
+from hf_fvo.generation.loops import widened_model_kwargs
 from hf_fvo.generation.processors import FVOLogitsProcessor, vocabulary_mismatch
 from hf_fvo.phi import PhiEstimator
 
@@ -218,9 +214,7 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
         # (Transformers extends it only once the draft has a cache)
         decoder = self.assistant_model.config.is_encoder_decoder
         width, kwargs = input_ids.shape[-1], self.assistant_kwargs
-        kwargs = _prepare_attention_mask(kwargs, width, decoder)
-        kwargs = _prepare_position_ids(kwargs, width, decoder)
-        self.assistant_kwargs = _prepare_token_type_ids(kwargs, width)
+        self.assistant_kwargs = widened_model_kwargs(kwargs, width, decoder)
         return super()._update_past_and_masks(input_ids, *args, **kw)
 
     def _admissible_run(self, ids: list[int], start: int) -> int:
