@@ -190,6 +190,11 @@ def vocabulary_of(
     """
     if isinstance(tokenizer, TokenVocabulary):
         return tokenizer
+    if tokenizer is None or isinstance(tokenizer, (str, bytes)):
+        raise TokenizerError(
+            "pass a Hugging Face tokenizer (AutoTokenizer.from_pretrained(...)) or a "
+            f"TokenVocabulary, not {type(tokenizer).__name__}"
+        )
     return TokenVocabulary.from_tokenizer(tokenizer, eos_token_id)
 
 

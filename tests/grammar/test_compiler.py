@@ -44,3 +44,11 @@ def test_a_private_compiler_keeps_its_own_grammars():
 def test_a_mask_shorter_than_the_vocabulary_is_refused(smol_tokenizer):
     with pytest.raises(TokenizerError, match="would cut off usable tokens"):
         GrammarCompiler(smol_tokenizer, vocab_size=100)
+
+
+@pytest.mark.parametrize("not_a_tokenizer", [None, "gpt2"])
+def test_a_compiler_needs_a_tokenizer_and_says_so(not_a_tokenizer):
+    with pytest.raises(TokenizerError, match="pass a Hugging Face tokenizer"):
+        GrammarCompiler(not_a_tokenizer)
+    with pytest.raises(TokenizerError, match="pass a Hugging Face tokenizer"):
+        Grammar.from_choices(["a"], not_a_tokenizer)
