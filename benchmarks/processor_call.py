@@ -43,6 +43,11 @@ default pushdown (llguidance) backend, and, in the rows marked "(automaton)", on
 automaton (both schemas are regular). outlines-core precomputes a mask per DFA state when it
 compiles; hf_fvo's pushdown backend, like the llguidance processor, asks the parser for each
 mask at run time, its automaton reads the mask from its transition table.
+The budget rows give the pushdown masking processor `max_new_tokens`: 256 (the schema's closing
+bound never binds on this path: the parser's mask, unchanged), and the path's own length (every
+position is at the end of the budget: each call certifies every admissible token, see
+docs/grammar.md, "Budgets"; the free-text schema's string is where one probe mask answers for
+~49k tokens).
 hf_fvo's masking takes a fast path: the scores plus a bias that is 0.0 on A_t and −inf elsewhere,
 written as bit patterns (on the pushdown backend straight from the parser's packed mask, one
 table lookup per byte), added and checked for NaN/+inf in numpy; no log-softmax, no diagnostics
@@ -93,15 +98,18 @@ def main() -> None:
         dfa = hf_fvo.Grammar.from_json_schema(schema, tok, whitespace="", backend="automaton",
                                               vocab_size=model.config.vocab_size)  # fmt: skip
 
-        def fresh(name: str, g=g, dfa=dfa, width=width, schema=schema):
+        def fresh(name: str, g=g, dfa=dfa, width=width, schema=schema, path=path):
             if name.startswith("hf_fvo"):
                 phi = "onestep" if "onestep" in name else "uniform"
                 grammar = dfa if name.endswith("(automaton)") else g
-                return FVOLogitsProcessor(grammar, phi=phi, model=model, prompt_length=width)
+                budget = 256 if "256" in name else len(path) if "binds" in name else None
+                return FVOLogitsProcessor(grammar, phi=phi, model=model, prompt_length=width,
+                                          max_new_tokens=budget)  # fmt: skip
             return get_json_schema_logits_processor(name, wrapped, json.dumps(schema))
 
         names = (*(f"{n}{b}" for b in ("", " (automaton)")
-                   for n in ("hf_fvo mask", "hf_fvo mask + onestep")), *PEERS)  # fmt: skip
+                   for n in ("hf_fvo mask", "hf_fvo mask + onestep")),
+                 "hf_fvo mask, budget 256", "hf_fvo mask, budget binds", *PEERS)  # fmt: skip
         times: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(args.passes):
             for name in names:

@@ -4,10 +4,14 @@ Takes schemas from the development set (``../shared/realworld/jsonschemabench-de
 two per source in a fixed order among those that compile, asks SmolLM2 for an instance of each
 (the schema in the prompt), samples with ``hf_fvo.generate`` and checks every complete output
 (one that ended with EOS within the budget) with ``jsonschema`` and its format checker against
-the *original* schema. Results go to a ``datasets`` JSONL file and a markdown table.
+the *original* schema, and counts the outputs the budget cut off (no EOS) or that were refused
+before generating (``BudgetTooSmallError``). ``--engines`` runs Outlines' processors (outlines-
+core, XGrammar, llguidance) on the same schemas, prompts, seeds and budget, interleaved. Results
+go to a ``datasets`` JSONL file and a markdown table.
 
 Usage:
-    python benchmarks/realworld_generation.py --schemas 20 --samples 3 --phi onestep --write
+    python benchmarks/realworld_generation.py --schemas 20 --samples 3 --max-new-tokens 64 \\
+        --engines hf_fvo,outlines_core,xgrammar,llguidance --write
 """
 
 from __future__ import annotations
@@ -77,10 +81,39 @@ def prompt_ids(tokenizer, schema: dict) -> torch.Tensor:
     return torch.tensor([out["input_ids"]])
 
 
-def main() -> None:
-    import datasets
+PEERS = ("outlines_core", "xgrammar", "llguidance")
+
+
+def draw(engine: str, model, wrapped, tok, row: dict, grammar, ids, budget: int, phi: str):
+    """One seeded sample: (token ids after the prompt, why it was refused or None)."""
+    import transformers
 
     import hf_fvo
+    from hf_fvo.errors import BudgetTooSmallError
+
+    if engine == "hf_fvo":
+        try:
+            out = hf_fvo.generate(model, ids, grammar=grammar, phi=phi, do_sample=True, top_k=0,
+                                  max_new_tokens=budget)  # fmt: skip
+        except BudgetTooSmallError as exc:
+            return [], str(exc)
+        return out[0, ids.shape[1] :].tolist(), None
+    from outlines.backends import get_json_schema_logits_processor
+
+    try:  # Outlines' processors keep one state per row: a fresh one per call
+        proc = get_json_schema_logits_processor(engine, wrapped, json.dumps(row["schema"]))
+    except Exception as exc:  # a peer that cannot compile the schema: counted as refused
+        return [], f"compile: {type(exc).__name__}: {str(exc)[:80]}"
+    out = model.generate(ids, logits_processor=transformers.LogitsProcessorList([proc]),
+                         do_sample=True, top_k=0, max_new_tokens=budget,
+                         pad_token_id=tok.eos_token_id)  # fmt: skip
+    return out[0, ids.shape[1] :].tolist(), None
+
+
+def main() -> None:
+    import datasets
+    import outlines
+
     from hf_fvo.models import load_default_model, load_default_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -88,60 +121,71 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--phi", default="uniform")
     ap.add_argument("--max-new-tokens", type=int, default=256)
+    ap.add_argument("--engines", default="hf_fvo", help="comma list: hf_fvo," + ",".join(PEERS))
     ap.add_argument("--out", default="/tmp/hf_fvo_realworld_generation")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = ap.parse_args()
+    engines = args.engines.split(",")
 
     tok, model = load_default_tokenizer(), load_default_model()
+    wrapped = outlines.from_transformers(model, tok) if set(engines) - {"hf_fvo"} else None
     rows = [json.loads(line) for line in DEV.open()]
     chosen = pick_schemas(rows, args.schemas, tok, model.config.vocab_size)
+    eos = set(tok.convert_tokens_to_ids([tok.eos_token]))
     records = []
     for row, grammar in chosen:
         ids = prompt_ids(tok, row["schema"])
         for sample in range(args.samples):
-            torch.manual_seed(1000 * len(records) + sample)
-            t0 = time.perf_counter()
-            out = hf_fvo.generate(model, ids, grammar=grammar, phi=args.phi, do_sample=True,
-                                  top_k=0, max_new_tokens=args.max_new_tokens)  # fmt: skip
-            seconds = time.perf_counter() - t0
-            new = out[0, ids.shape[1] :].tolist()
-            complete = grammar.eos_token_id in new
-            body = new[: new.index(grammar.eos_token_id)] if complete else new
-            text = tok.decode(body)
-            valid, why = validate(row["schema"], text) if complete else (None, "hit the cap")
-            records.append({
-                "source": row["source"], "name": row["name"], "sample": sample,
-                "tokens": len(body), "complete": complete, "valid": valid, "why": why,
-                "seconds": round(seconds, 2), "text": text[:2000],
-            })  # fmt: skip
-            print(f"{row['source']:16s} {row['name'][:28]:28s} {len(body):4d} tok "
-                  f"complete={complete} valid={valid} {why[:60]}", flush=True)  # fmt: skip
+            for engine in engines:  # interleaved: the same seed for every engine
+                torch.manual_seed(1000 * (len(records) // len(engines)) + sample)
+                t0 = time.perf_counter()
+                new, refused = draw(engine, model, wrapped, tok, row, grammar, ids,
+                                    args.max_new_tokens, args.phi)  # fmt: skip
+                seconds = time.perf_counter() - t0
+                end = next((i for i, t in enumerate(new) if t in eos), None)
+                body = new if end is None else new[:end]
+                text = tok.decode(body)
+                if refused:
+                    status, valid, why = "refused", None, refused
+                elif end is None:
+                    status, valid, why = "cut", False, "no EOS within the budget"
+                else:
+                    valid, why = validate(row["schema"], text)
+                    status = "complete"
+                records.append({
+                    "engine": engine, "source": row["source"], "name": row["name"],
+                    "sample": sample, "budget": args.max_new_tokens, "tokens": len(body),
+                    "status": status, "valid": valid, "why": why, "seconds": round(seconds, 2),
+                    "text": text[:2000],
+                })  # fmt: skip
+                print(f"{engine:13s} {row['name'][:26]:26s} {len(body):4d} tok {status:8s} "
+                      f"valid={valid} {why[:60]}", flush=True)  # fmt: skip
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    datasets.Dataset.from_list(records).to_json(f"{args.out}/results.jsonl")
-    complete = [r for r in records if r["complete"]]
-    valid = [r for r in complete if r["valid"]]
+    datasets.Dataset.from_list(records).to_json(
+        f"{args.out}/results-{args.max_new_tokens}-{'-'.join(engines)}.jsonl"
+    )
+    heading = (f"## Real-world schemas at a budget of {args.max_new_tokens} new tokens: "
+               f"cut-off outputs and validity (phi={args.phi})")  # fmt: skip
     lines = [
-        f"## Real-world schemas: sampled outputs validate (phi={args.phi})",
+        heading,
         "",
-        f"{provenance('jsonschema')} Embedded SmolLM2-135M-Instruct, `do_sample=True, top_k=0`, "
-        "compact JSON, strict objects. Validity is checked with `jsonschema` (format checker on) "
-        "against the original schema.",
+        f"{provenance('jsonschema', 'outlines', 'outlines-core', 'xgrammar', 'llguidance')} "
+        f"Embedded SmolLM2-135M-Instruct, {len(chosen)} development schemas "
+        f"({len({r['source'] for r in records})} sources) × {args.samples} seeded draws, "
+        "`do_sample=True, top_k=0`, the schema in the prompt. hf_fvo: compact JSON, strict "
+        "objects; the Outlines processors (outlines 1.x, through `model.generate(logits_"
+        "processor=…)`) with their defaults. *Cut*: no EOS within the budget (not JSON). "
+        "Validity: `jsonschema` with its format checker, against the original schema.",
         "",
-        f"- {len(records)} samples on {len(chosen)} schemas ({len({r['source'] for r in records})}"
-        f" sources): {len(complete)} complete (EOS within {args.max_new_tokens} tokens), "
-        f"**{len(valid)}/{len(complete)} complete outputs parse and validate**.",
-        "",
-        "| source | schema | samples | complete | valid | median tokens |",
+        "| engine | outputs | complete | **cut off** | refused | complete and valid |",
         "|---|---|---|---|---|---|",
     ]
-    by_schema: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        by_schema[(r["source"], r["name"])].append(r)
-    for (source, name), rs in by_schema.items():
-        done = [r for r in rs if r["complete"]]
-        med = sorted(r["tokens"] for r in rs)[len(rs) // 2]
-        lines.append(f"| {source} | {name} | {len(rs)} | {len(done)} | "
-                     f"{sum(bool(r['valid']) for r in done)} | {med} |")  # fmt: skip
+    for engine in engines:
+        rs = [r for r in records if r["engine"] == engine]
+        count = {k: sum(r["status"] == k for r in rs) for k in ("complete", "cut", "refused")}
+        good = sum(bool(r["valid"]) for r in rs if r["status"] == "complete")
+        lines.append(f"| {engine} | {len(rs)} | {count['complete']} | **{count['cut']}** | "
+                     f"{count['refused']} | {good}/{count['complete']} |")  # fmt: skip
     table = "\n".join(lines)
     print(table)
     if args.write:

@@ -12,6 +12,7 @@ import numbers
 from typing import Any
 
 __all__ = [
+    "BudgetTooSmallError",
     "ConstraintConflictError",
     "DefaultModelUnavailableError",
     "EmptyLanguageError",
@@ -55,6 +56,11 @@ class UnsupportedSchemaError(GrammarError):
 class EmptyLanguageError(GrammarError):
     """No token sequence of this tokenizer spells a member of the language (within the budget,
     where one is given)."""
+
+
+class BudgetTooSmallError(EmptyLanguageError):
+    """The token budget (``max_new_tokens``, ``max_length``, a generation config's) is below the
+    shortest member of the language: refused before the first forward, naming both."""
 
 
 class InfiniteLanguageError(GrammarError):

@@ -17,6 +17,7 @@ import torch
 from transformers import LogitsProcessorList
 
 from hf_fvo.errors import (
+    BudgetTooSmallError,
     ConstraintConflictError,
     EmptyLanguageError,
     InvalidArgumentError,
@@ -404,12 +405,18 @@ def _check_feasible(
     for state in dict.fromkeys(states):  # rows sharing a state are checked once
         if state is None:
             continue
-        need = grammar.min_tokens_to_accept(state)
-        if need + 1 > budget:
-            raise EmptyLanguageError(
-                f"the shortest member of {grammar.source} needs {need} tokens plus EOS, but the "
-                f"budget is {budget} new tokens (max_new_tokens, or max_length minus the input's "
-                f"{width}): raise max_new_tokens"
+        if not bool(grammar.admissible(state, budget).any()):
+            need = grammar.tokens_to_accept(state)
+            shortest = (
+                "has no completion the grammar can vouch for"
+                if need is None
+                else (f"needs {need} tokens plus EOS")
+            )
+            raise BudgetTooSmallError(
+                f"the budget of {budget} new tokens (max_new_tokens, or max_length minus the "
+                f"input's {width}, from the call, its generation_config or the model's) is "
+                f"below the shortest member of {grammar.source}: it {shortest}; raise "
+                "max_new_tokens"
             )
         min_new = max(config.min_new_tokens or 0, (config.min_length or 0) - width)
         longest = grammar.max_tokens_to_accept(state)

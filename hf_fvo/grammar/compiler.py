@@ -42,6 +42,7 @@ from hf_fvo.grammar.pushdown import (
     regex_definition,
     regex_problem,
 )
+from hf_fvo.grammar.schema.closing import closing_bound
 from hf_fvo.grammar.sources import (
     GrammarSource,
     choices_source,
@@ -161,9 +162,12 @@ class GrammarCompiler:
                  for ptr, what in prepared.ignored]  # fmt: skip
         # finitely many values and bounded whitespace ("[ ]?" or none): finitely many strings
         finite = whitespace in (None, "") and schema_logic.has_finite_language(body)
+        # completions never need whitespace when it is optional ("[ ]?") or absent
+        closing = closing_bound(body) if whitespace in (None, "") else None
         return self._pushdown(
             "json_schema", json_definition(body, whitespace),
             f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}", notes, finite,
+            closing,
         )  # fmt: skip
 
     def regex(
@@ -239,13 +243,13 @@ class GrammarCompiler:
         source: str,
         notes: Sequence[str] = (),
         finite: bool = False,
+        closing: int | None = None,
     ) -> PushdownGrammar:
         def build() -> PushdownGrammar:
             if self._pushdown_tokenizer is None:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
-            return PushdownGrammar(
-                definition, self._pushdown_tokenizer, self.vocab_size, source, notes, finite
-            )
+            return PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
+                                   source, notes, finite, closing)  # fmt: skip
 
         return self._grammars.get_or_build(("pushdown", kind, definition), build)
 

@@ -426,11 +426,27 @@ class Grammar(ABC):
         """A lower bound on the tokens (EOS not counted) from ``state`` to acceptance: exact on
         automata; 0 or 1 on pushdown grammars (0 exactly at accepting states)."""
 
+    def tokens_to_accept(self, state: State) -> int | None:
+        """Tokens (EOS not counted) of a shortest completion from ``state`` that the grammar can
+        vouch for: exact on automata; on pushdown grammars the length of a completion the
+        parser verified, an upper bound (``None`` if none was found).
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_regex("[0-9]{4}", load_default_tokenizer())
+            >>> g.tokens_to_accept(g.initial_state)
+            4
+        """
+        return self.min_tokens_to_accept(state)
+
     @abstractmethod
     def admissible(self, state: State, remaining: int | None) -> torch.Tensor:
-        """A_t restricted to candidates whose completion fits in ``remaining`` tokens (EOS
-        counted; ``None``: unbounded). Exact on automata; pushdown grammars look one token ahead
-        (the last position admits only EOS), since their shortest completions are not counted."""
+        """A_t restricted to candidates y whose completion fits in ``remaining`` tokens (EOS
+        counted; ``None``: unbounded): y is kept when its next state accepts within
+        ``remaining - 2`` more tokens, and EOS only at accepting states, so no output is ever
+        cut off. Exact on automata; pushdown grammars keep y when a completion of its next
+        state, verified by the parser, fits (:meth:`tokens_to_accept`)."""
 
     # -- derived ------------------------------------------------------------------------------
 

@@ -102,7 +102,7 @@ def train_phi(
                    and r["model"] == "default"]  # fmt: skip
     finite_rows += enum_schemas(schema_rows, finite)
     opened = [(r["name"], r["schema"], instance_prompt(r["schema"]))
-              for r in open_rows(schema_rows, open_count, tokenizer)]  # fmt: skip
+              for r in open_rows(schema_rows, open_count, tokenizer, max_new_tokens)]  # fmt: skip
     t0 = time.perf_counter()
     if labels is not None:  # labels written by an earlier run: train only
         if finite_rows or opened or markov:
@@ -191,9 +191,12 @@ def read_schema_rows(path: str | Path) -> list[dict]:
     return rows
 
 
-def open_rows(rows: Sequence[dict], count: int, tokenizer: Any) -> list[dict]:
-    """``count`` rows whose schema compiles (pushdown) and is not known to be finite, taken from
-    each source in turn (sources sorted by name, rows in file order)."""
+def open_rows(
+    rows: Sequence[dict], count: int, tokenizer: Any, max_new_tokens: int | None = None
+) -> list[dict]:
+    """``count`` rows whose schema compiles (pushdown), is not known to be finite and has a
+    member within ``max_new_tokens`` (EOS counted), taken from each source in turn (sources
+    sorted by name, rows in file order)."""
     out: list[dict] = []
     if not count:
         return out
@@ -208,7 +211,10 @@ def open_rows(rows: Sequence[dict], count: int, tokenizer: Any) -> list[dict]:
                     g = Grammar.from_json_schema(r["schema"], tokenizer, whitespace="")
                 except GrammarError:
                     continue
-                if g.is_finite is not True:
+                fits = max_new_tokens is None or bool(
+                    g.admissible(g.initial_state, max_new_tokens).any()
+                )
+                if g.is_finite is not True and fits:
                     out.append(r)
                     break
             else:

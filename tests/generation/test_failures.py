@@ -14,6 +14,7 @@ from transformers import GenerationConfig
 import hf_fvo
 from hf_fvo import FVOLogitsProcessor, Grammar
 from hf_fvo.errors import (
+    BudgetTooSmallError,
     ConstraintConflictError,
     EmptyLanguageError,
     GrammarTooLargeError,
@@ -65,7 +66,7 @@ def generated(model, grammar, seed=0, **kw):
 @pytest.mark.parametrize("do_sample", [True, False])
 def test_a_budget_shorter_than_every_member_is_refused_before_generating(small_model, do_sample):
     g = chain([3, 4, 5, 6])
-    with pytest.raises(EmptyLanguageError, match="needs 4 tokens plus EOS, but the budget is 3"):
+    with pytest.raises(EmptyLanguageError, match=r"budget of 3 new .* needs 4 tokens plus EOS"):
         generated(small_model, g, max_new_tokens=3, do_sample=do_sample)
 
 
@@ -248,10 +249,11 @@ def test_exact_phi_on_a_language_too_wide_to_explore_stops_with_a_typed_error(
         sampling_law(g, smol_model, (1, 5), "uniform", max_new_tokens=6, max_stored=300_000)
 
 
-def test_a_pushdown_budget_that_runs_out_warns(smol_tokenizer, smol_model):
+def test_a_pushdown_budget_below_the_shortest_member_is_a_typed_error(smol_tokenizer, smol_model):
+    # the shortest member, {"status":"done"}, is more than 3 tokens: refused, never cut off
     schema = {"type": "object", "properties": {"status": {"enum": ["pending", "done"]}},
               "required": ["status"]}  # fmt: skip
     g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
-    with pytest.warns(UserWarning, match="ran out before"):
+    with pytest.raises(BudgetTooSmallError, match="budget of 3 new tokens"):
         hf_fvo.generate(smol_model, torch.tensor([[1, 5]]), grammar=g, phi="uniform",
                         max_new_tokens=3, do_sample=True)  # fmt: skip

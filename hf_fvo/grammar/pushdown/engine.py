@@ -20,8 +20,10 @@ from hf_fvo.errors import (
     InvalidRegexError,
     UnsupportedSchemaError,
 )
+from hf_fvo.grammar.pushdown.completion import Completer
 from hf_fvo.grammar.pushdown.utf8 import utf8_tables
 from hf_fvo.grammar.vocabulary import TokenVocabulary
+from hf_fvo.lru import LRU
 
 __all__ = [
     "PushdownTokenizer",
@@ -30,6 +32,7 @@ __all__ = [
     "lark_definition",
     "limits",
     "patterns_intersect",
+    "probe_definition",
     "regex_definition",
     "regex_problem",
     "translate_error",
@@ -80,6 +83,31 @@ class PushdownTokenizer:
             for e in vocab.eos_token_ids:
                 if e < n:
                     self.ok_words[s, e >> 5] &= ~np.uint32(1 << (e & 31))
+        self.completer = Completer(vocab, self.utf8_next, self.ok_words)
+        self._probes: LRU[bytes, Any] = LRU(8)
+
+    def probe(self, suffix: bytes) -> Any:
+        """An ``LLTokenizer`` over twice the vocabulary: id i spells token i's bytes, id n + i
+        spells them followed by ``suffix`` and a NUL byte. Against a grammar that ends in NUL
+        (:func:`probe_definition`), one mask says for every token y at once whether y then
+        ``suffix`` completes a member. Built in ~150 ms, kept per suffix (LRU of 8)."""
+        return self._probes.get_or_build(suffix, lambda: self._probe(suffix))
+
+    def _probe(self, suffix: bytes) -> Any:
+        import llguidance
+
+        base = _VocabularyWrapper(self.vocab)
+        n = len(base.tokens)
+        wrapper = _VocabularyWrapper(self.vocab)
+        wrapper.tokens = base.tokens + [
+            b + suffix + b"\x00" if b else f"<[{n + i}]>".encode()
+            for i, b in enumerate(self.vocab.token_bytes)
+        ]
+        wrapper.special_token_ids = base.special_token_ids + [n + i for i in base.special_token_ids]
+        return llguidance.LLTokenizer(
+            llguidance.TokenizerWrapper(wrapper), n_vocab=2 * n,
+            eos_token=list(self.vocab.eos_token_ids), slices=[],
+        )  # fmt: skip
 
 
 class _VocabularyWrapper:
@@ -118,6 +146,15 @@ def json_definition(schema: Any, whitespace: str | None) -> str:
         options = {"whitespace_pattern": whitespace}
     text = json.dumps({**schema, "x-guidance": options}, separators=(",", ":"))
     return f"{_OPTIONS}start: %json {text}"
+
+
+def probe_definition(definition: str) -> str | None:
+    """A JSON grammar's definition followed by one NUL byte (which JSON text never holds raw),
+    for :meth:`PushdownTokenizer.probe`; ``None`` for other grammars."""
+    head, sep, body = definition.partition("\nstart: %json ")
+    if not sep or "\n" in body:
+        return None
+    return f'{head}\nstart: value "\\x00"\nvalue: %json {body}'
 
 
 def regex_definition(pattern: str) -> str:

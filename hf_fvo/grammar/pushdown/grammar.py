@@ -28,9 +28,19 @@ import torch
 
 from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError
 from hf_fvo.grammar.interface import Grammar, bias_bits
-from hf_fvo.grammar.pushdown.engine import PushdownTokenizer, limits, translate_error
+from hf_fvo.grammar.pushdown.engine import (
+    PushdownTokenizer,
+    limits,
+    probe_definition,
+    translate_error,
+)
+from hf_fvo.lru import LRU
 
 __all__ = ["PushdownGrammar", "PushdownState"]
+
+_UNKNOWN: Any = object()  # a state's witness before it is searched for
+_SEARCHES = 4  # child states searched per admissible() call at most (beyond: excluded)
+_PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 
 
 class PushdownState:
@@ -40,10 +50,24 @@ class PushdownState:
     different states.
     """
 
-    __slots__ = ("_accepting", "_bits", "_mask", "_matcher", "_owner", "_utf8", "_words")
+    __slots__ = (
+        "_accepting", "_bits", "_heirs", "_heirs_all", "_mask", "_matcher", "_owner", "_path",
+        "_utf8", "_witness", "_words",
+    )  # fmt: skip
 
-    def __init__(self, owner: PushdownGrammar, matcher: Any, utf8: int) -> None:
+    def __init__(
+        self,
+        owner: PushdownGrammar,
+        matcher: Any,
+        utf8: int,
+        witness: Any = _UNKNOWN,
+        path: tuple[int, ...] = (),
+    ) -> None:
         self._owner = owner
+        self._path = path  # the tokens from the initial state (for the probe parser)
+        self._witness = witness  # a verified completion (token ids), None if none was found
+        self._heirs: dict[int, tuple[int, ...]] | None = None  # children's witnesses, by token
+        self._heirs_all: tuple[np.ndarray, tuple[int, ...]] | None = None  # the probe's, shared
         self._matcher = matcher  # never consumed after construction
         self._utf8 = utf8
         self._words: np.ndarray | None = None  # admissible non-EOS ids, packed (uint32 words)
@@ -82,10 +106,14 @@ class PushdownGrammar(Grammar):
         source: str,
         notes: Sequence[str] = (),
         finite: bool | None = None,
+        closing: int | None = None,
     ) -> None:
         """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors.
-        ``finite=True`` states that the language is finite (shown from its JSON schema)."""
+        ``finite=True`` states that the language is finite (shown from its JSON schema);
+        ``closing`` bounds, in bytes, the shortest completion of every prefix of a member
+        (shown from its JSON schema; ``None``: not known)."""
         self._definition = definition
+        self._closing = closing
         self._vocab = self._vocabulary = tokenizer.vocab
         self._vocab_size = int(vocab_size)
         self._source = source
@@ -101,6 +129,10 @@ class PushdownGrammar(Grammar):
         self._utf8_next = tokenizer.utf8_next
         self._nwords = tokenizer.words
         self._ok_words = tokenizer.ok_words  # the UTF-8 filter, packed like the parser's masks
+        self._completer = tokenizer.completer
+        self._tokenizer = tokenizer
+        self._probe_definition = probe_definition(self._definition)
+        self._probe_roots: LRU[bytes, Any] = LRU(8)
         root = llguidance.LLMatcher(tokenizer.llg, self._definition, log_level=0, limits=limits())
         if root.is_error():
             raise translate_error(root.get_error(), self._source)
@@ -174,7 +206,8 @@ class PushdownGrammar(Grammar):
         matcher = state._matcher.deep_copy()
         if not matcher.consume_token(token):
             raise GrammarError(f"internal: llguidance refused token {token} its mask allowed")
-        return PushdownState(self, matcher, int(self._utf8_next[state._utf8, token]))
+        return PushdownState(self, matcher, int(self._utf8_next[state._utf8, token]),
+                             self._inherited(state, token), (*state._path, token))  # fmt: skip
 
     def is_accepting(self, state: PushdownState) -> bool:
         self._check_state(state)
@@ -185,21 +218,164 @@ class PushdownGrammar(Grammar):
     def min_tokens_to_accept(self, state: PushdownState) -> int:
         return 0 if self.is_accepting(state) else 1
 
+    def tokens_to_accept(self, state: PushdownState) -> int | None:
+        """Tokens (EOS not counted) of a verified completion from ``state``: an upper bound on
+        the fewest (see :mod:`hf_fvo.grammar.pushdown.completion`); ``None`` if the search
+        found none within its limits."""
+        witness = self.completion(state)
+        return None if witness is None else len(witness)
+
+    def completion(self, state: PushdownState) -> tuple[int, ...] | None:
+        """A token sequence (EOS excluded) that takes ``state`` to acceptance, verified by the
+        parser; states along it inherit its rest, so their bounds only shrink."""
+        self._check_state(state)
+        if state is self._terminal:
+            return ()
+        if state._witness is _UNKNOWN:
+            state._witness = self._completer.complete(state._matcher, state._utf8)
+        return state._witness
+
     def admissible(self, state: PushdownState, remaining: int | None) -> torch.Tensor:
         mask = self.allowed(state)
-        if remaining is None or remaining > 1:
+        if remaining is None:
             return mask
-        if remaining < 1 or not self.is_accepting(state):
-            return torch.zeros_like(mask)
-        only_eos = torch.zeros_like(mask)
-        only_eos[list(self._eos)] = True
-        return only_eos
+        if remaining <= 1 or state is self._terminal:
+            return self._only_eos(mask, remaining >= 1 and self.is_accepting(state))
+        room = remaining - 2  # after y: its completion, then EOS
+        if self._closing is not None and room >= self._closing:
+            return mask  # every prefix completes within `closing` single-byte tokens
+        keep = self._within(state, room)
+        mask[: self._n] = torch.from_numpy(keep.view(np.bool_))
+        if self.is_accepting(state):
+            mask[list(self._eos)] = True
+        return mask
+
+    def _only_eos(self, mask: torch.Tensor, accepting: bool) -> torch.Tensor:
+        out = torch.zeros_like(mask)
+        if accepting:
+            out[list(self._eos)] = True
+        return out
+
+    def _within(self, state: PushdownState, room: int) -> np.ndarray:
+        """The admissible non-EOS tokens y whose next state has a verified completion of at
+        most ``room`` tokens (one 0/1 byte per id); their witnesses are kept for the children.
+
+        y is kept when it begins the state's witness (its bytes, the rest re-spelled in the
+        fewest tokens), or when the witness still completes after it (finishing a character
+        y leaves open first): for JSON grammars one probe mask answers that for every token,
+        otherwise the parser walks each. Other tokens' next states are searched, at most
+        ``_SEARCHES`` per call; the rest are excluded: the rule may drop a member, never admit
+        one that cannot finish in time."""
+        done = self._completer
+        keep = np.zeros(self._n, dtype=np.uint8)
+        heirs: dict[int, tuple[int, ...]] = {}
+        state._heirs = heirs
+        witness = self.completion(state)
+        matcher, utf8 = state._matcher, state._utf8
+        bits = self._bits(state)
+        if witness:
+            self._witness_prefixes(state, witness, room, keep, heirs)
+        tails = {
+            u: (*fill, *witness) for u, fill in done.fill.items()
+            if witness is not None and len(fill) + len(witness) <= room
+            and done.utf8_after(u, (*fill, *witness)) == 0
+        }  # fmt: skip
+        rest = np.flatnonzero(bits & (keep == 0))
+        afters = self._utf8_next[utf8, rest]
+        if 0 in tails and len(rest) >= _PROBE_FROM and self._probe_definition is not None:
+            spelled = self._vocab.token_bytes
+            neutral = self._probe(state, b"".join(spelled[t] for t in tails[0]))
+            whole = afters == 0
+            hit = rest[whole & (neutral[rest] == 1)]
+            keep[hit] = 1
+            state._heirs_all = (neutral, tails[0])
+            rest, afters = rest[~whole], afters[~whole]  # the probe said no to the others
+        for y, after in zip(rest.tolist(), afters.tolist(), strict=True):
+            tail = tails.get(after)
+            if tail is not None and done.parses(matcher, (y, *tail)):
+                keep[y] = 1  # the witness still completes after y
+                heirs[y] = tail
+        searches = _SEARCHES
+        for y in np.flatnonzero(bits & (keep == 0)).tolist():
+            if searches <= 0:
+                break
+            searches -= 1
+            found = done.complete(_child(matcher, y), int(self._utf8_next[utf8, y]))
+            if found is not None and len(found) <= room:
+                keep[y] = 1
+                heirs[y] = found
+        return keep
+
+    def _witness_prefixes(
+        self,
+        state: PushdownState,
+        witness: tuple[int, ...],
+        room: int,
+        keep: np.ndarray,
+        heirs: dict[int, tuple[int, ...]],
+    ) -> None:
+        """Keep the tokens that spell a beginning of the witness's bytes when the rest, in the
+        fewest tokens, fits."""
+        done = self._completer
+        if len(witness) - 1 <= room:
+            keep[witness[0]] = 1
+            heirs[witness[0]] = witness[1:]
+        text = b"".join(self._vocab.token_bytes[t] for t in witness)
+        for j in range(1, min(len(text), done.longest) + 1):
+            for y in done.spellings.get(text[:j], ()):
+                if y >= self._n or keep[y] or not self._bits(state)[y]:
+                    continue
+                rest = done.fewest_tokens(text[j:]) if j < len(text) else ()
+                after = int(self._utf8_next[state._utf8, y])
+                if (
+                    rest is not None
+                    and len(rest) <= room
+                    and done.accepts(_child(state._matcher, y), after, rest)
+                ):
+                    keep[y] = 1
+                    heirs[y] = rest
+
+    def _probe(self, state: PushdownState, suffix: bytes) -> np.ndarray:
+        """For every token y at once: whether y then ``suffix`` completes a member from
+        ``state`` (one mask of a parser over the probe vocabulary, replayed to ``state``)."""
+        import llguidance
+
+        vocab = self._tokenizer.probe(suffix)
+
+        def root() -> Any:
+            m = llguidance.LLMatcher(vocab, self._probe_definition, log_level=0, limits=limits())
+            if m.is_error():
+                raise GrammarError(f"internal: the probe grammar failed: {m.get_error()[:200]}")
+            return m
+
+        matcher = self._probe_roots.get_or_build(suffix, root).deep_copy()
+        if state._path and not matcher.consume_tokens(list(state._path)):
+            raise GrammarError("internal: the probe parser refused a path the grammar allowed")
+        words = np.zeros((2 * self._n + 31) // 32, dtype=np.uint32)
+        matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        bits = np.unpackbits(words.view(np.uint8), count=2 * self._n, bitorder="little")
+        return bits[self._n :]
+
+    def _inherited(self, state: PushdownState, token: int) -> Any:
+        """The witness a child starts with: what an admissible() call found for it, else the
+        rest of its parent's witness when ``token`` begins it."""
+        if state._heirs is not None and token in state._heirs:
+            return state._heirs[token]
+        if state._heirs_all is not None and state._heirs_all[0][token]:
+            return state._heirs_all[1]
+        witness = state._witness
+        if witness and witness is not _UNKNOWN and witness[0] == token:
+            return witness[1:]
+        return _UNKNOWN
 
     def admissible_bias(
         self, state: PushdownState, remaining: int | None, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
         # straight from the parser's packed mask: one table lookup per byte of it
-        if state is self._terminal or (remaining is not None and remaining <= 1):
+        if state is self._terminal or (
+            remaining is not None
+            and (remaining <= 1 or self._closing is None or remaining - 2 < self._closing)
+        ):
             return super().admissible_bias(state, remaining, dtype)
         self._check_state(state)
         uint, neg_inf = bias_bits(dtype)
@@ -245,6 +421,7 @@ class PushdownGrammar(Grammar):
             "source": self._source,
             "notes": self._notes,
             "finite": self._finite,
+            "closing": self._closing,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -254,10 +431,17 @@ class PushdownGrammar(Grammar):
         self._source = state["source"]
         self._notes = state["notes"]
         self._finite = state.get("finite")
+        self._closing = state.get("closing")
         self._setup(PushdownTokenizer(self._vocab))
 
     def __repr__(self) -> str:
         return f"PushdownGrammar({self._source}, vocab_size={self._vocab_size})"
+
+
+def _child(matcher: Any, token: int) -> Any:
+    child = matcher.deep_copy()
+    child.consume_token(token)
+    return child
 
 
 @functools.cache

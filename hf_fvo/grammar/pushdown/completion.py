@@ -1,0 +1,246 @@
+"""Shortest completions on the pushdown backend: how many tokens a parser state needs to accept.
+
+llguidance answers "is this prefix viable?" and "is it accepting?", never "how far is
+acceptance?" (nor does any other engine). A :class:`Completer` finds a *witness*: a token
+sequence that takes a parser state to acceptance, verified by the parser itself, so its length
+U(s) is a sound upper bound on d(s), the fewest tokens to acceptance:
+
+1. a byte-level search from the state over the single-byte tokens every byte-level vocabulary
+   has: breadth first (shortest in bytes) for a few dozen parser states, then depth first
+   with closing brackets and quotes tried first, to 256 bytes and then to 4096
+   (a first descent that closes what is open is linear in the completion's length),
+2. the fewest tokens that spell those bytes (a dynamic programme over the vocabulary);
+3. the sequence walked through the parser (with EOS at the end) and the UTF-8 filter.
+
+U(s) can exceed d(s) where the byte-shortest completion is not the token-shortest one (two
+keys of different lengths, one a single token) or where a search class stands for several
+bytes; docs/grammar.md reports how often on the development set.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from hf_fvo.grammar.vocabulary import TokenVocabulary
+
+__all__ = ["Completer"]
+
+_CLOSERS = b"\"]})>'`"
+_STRUCTURAL = set("\"\\{}[]()<>,:;-+.=/ '`")
+_BFS_NODES = 24  # parser states the breadth-first pass may expand
+_DFS_NODES = 4_000  # and the depth-first passes, in all
+_MAX_DEPTH = 4096  # bytes
+
+
+def _byte_class(b: int) -> str:
+    if b < 128:
+        c = chr(b)
+        if c.isdigit():
+            return "digit"
+        if "a" <= c <= "z":
+            return "lower"
+        if "A" <= c <= "Z":
+            return "upper"
+        if c in _STRUCTURAL:
+            return c  # brackets, quotes, separators, signs: each stands for itself
+        return "punctuation" if c.isprintable() else "control"
+    if b < 0xC0:
+        return "continuation"
+    return "lead2" if b < 0xE0 else "lead3" if b < 0xF0 else "lead4"
+
+
+# bytes in the order the searches try them: closers first, then ascending
+_ORDER = sorted(range(256), key=lambda b: _CLOSERS.find(b) % 256 if b in _CLOSERS else 256 + b)
+_CLASS = [_byte_class(b) for b in range(256)]
+
+
+class Completer:
+    """Witness completions for one tokenizer's pushdown grammars.
+
+    Args:
+        vocab: The token bytes.
+        utf8_next: The UTF-8 automaton over token ids (``utf8_next[u, t]``; state 0 is "between
+            characters", the only accepting one).
+        ok_words: Per UTF-8 state, the packed mask of tokens it allows.
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tok = load_default_tokenizer()
+        >>> g = Grammar.from_json_schema({"type": "array", "items": {"type": "integer"},
+        ...                               "minItems": 2}, tok, whitespace="")
+        >>> tok.decode(g.completion(g.initial_state))
+        '[0,0]'
+    """
+
+    def __init__(self, vocab: TokenVocabulary, utf8_next: np.ndarray, ok_words: np.ndarray):
+        self._eos = vocab.eos_token_ids[0]
+        self._utf8_next = utf8_next
+        self._ok_words = ok_words
+        self._byte_id = np.full(256, -1, dtype=np.int64)
+        spelled: dict[bytes, int] = {}
+        self.spellings: dict[bytes, list[int]] = {}  # every id that spells the bytes
+        for i, b in enumerate(vocab.token_bytes):
+            if not b:
+                continue
+            self.spellings.setdefault(b, []).append(i)
+            if b not in spelled:
+                spelled[b] = i
+                if len(b) == 1:
+                    self._byte_id[b[0]] = i
+        self._spelled = spelled
+        self.longest = max((len(b) for b in spelled), default=1)
+        self._words = np.zeros(ok_words.shape[1], dtype=np.uint32)
+        # the bytes in search order, their single-byte token ids and search classes
+        self._order = np.array(_ORDER)
+        self._order_has = self._byte_id[self._order] >= 0
+        self._order_ids = np.maximum(self._byte_id[self._order], 0)
+        names = sorted(set(_CLASS))
+        self._order_class = np.array([names.index(_CLASS[b]) for b in _ORDER])
+        self.fill = self._fills()
+
+    def _fills(self) -> dict[int, tuple[int, ...]]:
+        """Per UTF-8 state, the fewest single-byte tokens that finish the character."""
+        fill: dict[int, tuple[int, ...]] = {0: ()}
+        frontier = [0]
+        while frontier:  # backwards: which states reach a known one with one more byte
+            grown = []
+            for u in range(len(self._utf8_next)):
+                if u in fill:
+                    continue
+                for b in range(0x80, 0xC0):
+                    t = int(self._byte_id[b])
+                    if t >= 0 and self._utf8_ok(u, t):
+                        nxt = int(self._utf8_next[u, t])
+                        if nxt in fill:
+                            fill[u] = (t, *fill[nxt])
+                            grown.append(u)
+                            break
+            frontier = grown
+        return fill
+
+    # -- the witness --------------------------------------------------------------------------
+
+    def complete(self, matcher: Any, utf8: int) -> tuple[int, ...] | None:
+        """A verified token sequence (EOS excluded) from the parser state to acceptance, or
+        ``None`` when the searches' limits are reached first."""
+        if utf8 == 0 and matcher.is_accepting():
+            return ()
+        text = self._bytes_bfs(matcher, utf8)
+        if text is None:
+            text = self._bytes_dfs(matcher, utf8)
+        if text is None:
+            return None
+        tokens = self.fewest_tokens(text)
+        if tokens is not None and self.accepts(matcher, utf8, tokens):
+            return tokens
+        singles = tuple(int(self._byte_id[b]) for b in text)
+        return singles if self.accepts(matcher, utf8, singles) else None
+
+    def accepts(self, matcher: Any, utf8: int, tokens: tuple[int, ...]) -> bool:
+        """Whether ``tokens`` take the parser state to acceptance (UTF-8 complete)."""
+        return self.utf8_after(utf8, tokens) == 0 and self.parses(matcher, tokens)
+
+    def parses(self, matcher: Any, tokens: Sequence[int]) -> bool:
+        """Whether the parser accepts ``tokens`` then EOS (UTF-8 not checked)."""
+        seq = [*tokens, self._eos]
+        return matcher.validate_tokens(seq) == len(seq)
+
+    def utf8_after(self, utf8: int, tokens: Sequence[int]) -> int:
+        """The UTF-8 state after ``tokens`` (−1 where one breaks UTF-8)."""
+        for t in tokens:
+            if not self._utf8_ok(utf8, t):
+                return -1
+            utf8 = int(self._utf8_next[utf8, t])
+        return utf8
+
+    def fewest_tokens(self, text: bytes) -> tuple[int, ...] | None:
+        """The fewest vocabulary tokens that spell ``text`` (``None`` if none do)."""
+        n = len(text)
+        best = [0] + [n + 1] * n
+        back: list[tuple[int, int] | None] = [None] * (n + 1)
+        for j in range(1, n + 1):
+            for k in range(max(0, j - self.longest), j):
+                t = self._spelled.get(text[k:j])
+                if t is not None and best[k] + 1 < best[j]:
+                    best[j], back[j] = best[k] + 1, (k, t)
+        if n and back[n] is None:
+            return None
+        out: list[int] = []
+        j = n
+        while j:
+            k, t = back[j]  # type: ignore[misc]
+            out.append(t)
+            j = k
+        return tuple(reversed(out))
+
+    # -- searches over bytes ------------------------------------------------------------------
+
+    def _allowed_bytes(self, matcher: Any, utf8: int) -> list[int]:
+        """One allowed byte per search class, closers first."""
+        words = self._words
+        matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        words &= self._ok_words[utf8]
+        ids = self._order_ids
+        on = self._order_has & ((words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
+        _, first = np.unique(self._order_class[on], return_index=True)
+        return self._order[on][np.sort(first)].tolist()
+
+    def _step(self, matcher: Any, utf8: int, b: int) -> tuple[Any, int]:
+        t = int(self._byte_id[b])
+        child = matcher.deep_copy()
+        child.consume_token(t)
+        return child, int(self._utf8_next[utf8, t])
+
+    def _done(self, matcher: Any, utf8: int) -> bool:
+        return utf8 == 0 and matcher.is_accepting()
+
+    def _bytes_bfs(self, matcher: Any, utf8: int) -> bytes | None:
+        queue = deque([(matcher, utf8, b"")])
+        for _ in range(_BFS_NODES):
+            if not queue:
+                return None
+            m, u, text = queue.popleft()
+            for b in self._allowed_bytes(m, u):
+                child, cu = self._step(m, u, b)
+                if self._done(child, cu):
+                    return text + bytes([b])
+                queue.append((child, cu, text + bytes([b])))
+        return None
+
+    def _bytes_dfs(self, matcher: Any, utf8: int) -> bytes | None:
+        budget = [_DFS_NODES]
+        for limit in (256, _MAX_DEPTH):
+            found = self._dfs(matcher, utf8, limit, budget)
+            if found is not None or budget[0] <= 0:
+                return found
+        return None
+
+    def _dfs(self, matcher: Any, utf8: int, limit: int, budget: list[int]) -> bytes | None:
+        # iterative: (matcher, utf8, text, untried bytes)
+        stack = [(matcher, utf8, b"", None)]
+        while stack:
+            m, u, text, todo = stack.pop()
+            if todo is None:
+                if self._done(m, u):
+                    return text
+                if len(text) >= limit:
+                    continue
+                budget[0] -= 1
+                if budget[0] <= 0:
+                    return None
+                todo = self._allowed_bytes(m, u)
+            if not todo:
+                continue
+            b, rest = todo[0], todo[1:]
+            stack.append((m, u, text, rest))
+            child, cu = self._step(m, u, b)
+            stack.append((child, cu, text + bytes([b]), None))
+        return None
+
+    def _utf8_ok(self, utf8: int, t: int) -> bool:
+        return bool((int(self._ok_words[utf8, t >> 5]) >> (t & 31)) & 1)

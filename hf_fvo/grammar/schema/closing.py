@@ -1,0 +1,228 @@
+"""How far from acceptance any prefix of a JSON text can be: a bound in bytes, from the schema.
+
+A budgeted pushdown grammar must keep every token whose next state can still finish inside the
+budget. Checking each candidate costs a parser walk per token; :func:`closing_bound` says when
+no check is needed: if every viable prefix of a member completes within C more bytes (so within
+C single-byte tokens), a row with at least C tokens of room admits its whole mask.
+
+The bound is computed for compact JSON (or ``[ ]?`` whitespace, which a completion never needs)
+over the *prepared* schema (:func:`~hf_fvo.grammar.schema.prepare.prepare_json_schema`). Only
+keywords whose effect on completions is understood are bounded; anything else (patterns, free
+values that nest without limit, recursion, ``multipleOf``…) gives ``None``, and the grammar
+then checks candidates near the end of every budget. Pure: no engine import.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+__all__ = ["closing_bound"]
+
+_ESCAPE = 6  # a string left inside "\\uXXX" needs at most 5 bytes plus its quote
+_NUMBER_SLACK = 4  # '-', '.', 'e', a sign: each needs one more digit
+_ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "$comment", "$schema", "$id", "id",
+    "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "$anchor",
+    "definitions", "$defs",
+})  # fmt: skip
+
+
+class _Unbounded(Exception):
+    pass
+
+
+def closing_bound(schema: Any) -> int | None:
+    """Bytes that complete any viable prefix of a member of ``schema``'s compact JSON language,
+    at most; ``None`` when not shown.
+
+    Example:
+        >>> from hf_fvo.grammar.schema.closing import closing_bound
+        >>> closing_bound({"type": "object", "properties": {"ok": {"type": "boolean"}},
+        ...                "required": ["ok"], "additionalProperties": False})
+        65
+        >>> closing_bound({"type": "string", "pattern": "^a+$"}) is None
+        True
+    """
+    try:
+        return _Bounds(schema).closing(schema, ())
+    except (_Unbounded, RecursionError, TypeError, ValueError, KeyError):
+        return None
+
+
+class _Bounds:
+    def __init__(self, root: Any) -> None:
+        self.root = root
+
+    # -- the closing bound: max over prefixes of the shortest completion -----------------------
+
+    def closing(self, s: Any, seen: tuple[str, ...]) -> int:
+        s, seen = self.resolve(s, seen)
+        if s is True or s == {}:
+            raise _Unbounded("any value: nesting without limit")
+        if s is False:
+            return 0
+        self.check(s)
+        if "const" in s:
+            return len(_dump(s["const"]))
+        if "enum" in s:
+            return max(len(_dump(v)) for v in s["enum"])
+        branches = s.get("anyOf") or s.get("oneOf")
+        if branches is not None:
+            rest = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
+            if set(rest) - _ANNOTATIONS:
+                raise _Unbounded("anyOf beside other keywords")
+            return max(self.closing(b, seen) for b in branches)
+        types = s.get("type")
+        if types is None:
+            raise _Unbounded("no type")
+        types = [types] if isinstance(types, str) else list(types)
+        return max(self.closing_typed(s, t, seen) for t in types)
+
+    def closing_typed(self, s: dict, kind: str, seen: tuple[str, ...]) -> int:
+        if kind in ("boolean", "null"):
+            return 5
+        if kind in ("integer", "number"):
+            return self.number_yield(s, kind) + _NUMBER_SLACK
+        if kind == "string":
+            if any(k in s for k in ("pattern", "format")):
+                raise _Unbounded("pattern")
+            return int(s.get("minLength", 0)) + _ESCAPE + 2
+        if kind == "array":
+            return self.array(s, seen, closing=True)
+        if kind == "object":
+            return self.object(s, seen, closing=True)
+        raise _Unbounded(kind)
+
+    # -- an upper bound on the shortest member's length ----------------------------------------
+
+    def shortest(self, s: Any, seen: tuple[str, ...]) -> int:
+        s, seen = self.resolve(s, seen)
+        if s is True or s == {}:
+            return 1  # 0
+        if s is False:
+            raise _Unbounded("false has no member")
+        self.check(s)
+        if "const" in s:
+            return len(_dump(s["const"]))
+        if "enum" in s:
+            return max(len(_dump(v)) for v in s["enum"])  # some member is one of them
+        branches = s.get("anyOf") or s.get("oneOf")
+        if branches is not None:
+            return max(self.shortest(b, seen) for b in branches)
+        types = s.get("type")
+        if types is None:
+            raise _Unbounded("no type")
+        types = [types] if isinstance(types, str) else list(types)
+        return max(self.shortest_typed(s, t, seen) for t in types)
+
+    def shortest_typed(self, s: dict, kind: str, seen: tuple[str, ...]) -> int:
+        if kind in ("boolean", "null"):
+            return 5
+        if kind in ("integer", "number"):
+            return self.number_yield(s, kind)
+        if kind == "string":
+            if any(k in s for k in ("pattern", "format")):
+                raise _Unbounded("pattern")
+            return int(s.get("minLength", 0)) + 2
+        if kind == "array":
+            return self.array(s, seen, closing=False)
+        if kind == "object":
+            return self.object(s, seen, closing=False)
+        raise _Unbounded(kind)
+
+    # -- containers and numbers -----------------------------------------------------------------
+
+    def array(self, s: dict, seen: tuple[str, ...], closing: bool) -> int:
+        if s.get("contains") is not None or s.get("uniqueItems"):
+            raise _Unbounded("contains/uniqueItems")
+        prefix = list(s.get("prefixItems", []))
+        items = s.get("items", True)
+        need = max(int(s.get("minItems", 0)), 0)
+        schemas = prefix + ([items] * max(need - len(prefix), 0))
+        body = sum(self.shortest(x, seen) + 1 for x in schemas[:need]) + 2
+        if not closing:
+            return body
+        inner = [x for x in [*prefix, items] if x is not False]
+        worst = max((self.closing(x, seen) for x in inner), default=0)
+        return body + worst + 1
+
+    def object(self, s: dict, seen: tuple[str, ...], closing: bool) -> int:
+        for key in ("patternProperties", "propertyNames", "dependentRequired", "dependencies",
+                    "dependentSchemas", "minProperties", "unevaluatedProperties"):  # fmt: skip
+            if s.get(key):
+                raise _Unbounded(key)
+        props = s.get("properties", {})
+        extra = s.get("additionalProperties", True)
+        required = list(s.get("required", []))
+        body = 2
+        for name in required:
+            value = props.get(name, extra)
+            body += len(_dump(name)) + 2 + self.shortest(value, seen)
+        if not closing:
+            return body
+        values = [v for v in props.values() if v is not False]
+        keys = [len(_dump(k)) + 1 for k in props]
+        if extra is not False:
+            values.append(extra)
+            keys.append(_ESCAPE + 1)
+        if not values:
+            return body
+        # inside a key, or inside (or before) a value, then the other required members
+        worst = max(
+            max(keys) + max(self.shortest(v, seen) for v in values),
+            max(self.closing(v, seen) for v in values),
+        )
+        return body + worst + 2
+
+    def number_yield(self, s: dict, kind: str) -> int:
+        if "multipleOf" in s:
+            raise _Unbounded("multipleOf")
+        keys = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+        bounds = [s[k] for k in keys if isinstance(s.get(k), (int, float)) and s[k] is not True
+                  and s[k] is not False]  # fmt: skip
+        if not bounds:
+            return 1
+        if any(not math.isfinite(b) for b in bounds):
+            raise _Unbounded("non-finite bound")
+        return max(len(_dump(b)) for b in bounds) + 2 * _NUMBER_SLACK
+
+    # -- references -----------------------------------------------------------------------------
+
+    def resolve(self, s: Any, seen: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
+        while isinstance(s, dict) and "$ref" in s:
+            ref = s["$ref"]
+            if ref in seen or set(s) - _ANNOTATIONS - {"$ref"}:
+                raise _Unbounded("recursive or combined $ref")
+            if not isinstance(ref, str) or not ref.startswith("#"):
+                raise _Unbounded("external $ref")
+            target: Any = self.root
+            for part in ref[1:].split("/")[1:] if ref != "#" else []:
+                part = part.replace("~1", "/").replace("~0", "~")
+                target = target[int(part)] if isinstance(target, list) else target[part]
+            s, seen = target, (*seen, ref)
+        return s, seen
+
+    @staticmethod
+    def check(s: dict) -> None:
+        known = {
+            "type", "const", "enum", "anyOf", "oneOf", "properties", "required",
+            "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
+            "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+            "exclusiveMaximum", "pattern", "format", "multipleOf", "contains", "uniqueItems",
+            "patternProperties", "propertyNames", "dependentRequired", "dependencies",
+            "dependentSchemas", "minProperties", "maxProperties", "unevaluatedProperties",
+            "x-guidance",
+        }  # fmt: skip
+        unknown = set(s) - known - _ANNOTATIONS
+        if unknown:
+            raise _Unbounded(f"keywords {sorted(unknown)}")
+
+
+def _dump(value: Any) -> str:
+    """A stand-in as long as any serialisation of ``value`` in bytes can be: compact JSON, and
+    six bytes per character where strings are involved (any character may be written as a
+    ``\\uXXXX`` escape)."""
+    text = json.dumps(value, separators=(",", ":"))
+    return text * 6 if isinstance(value, (str, list, dict)) else text

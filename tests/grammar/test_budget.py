@@ -1,0 +1,234 @@
+"""Budget-exact grammars: every output ends inside the language, on every backend.
+
+With a budget B the language is L_B = {x ∈ L : x and EOS fit in B tokens}; a token is
+admissible only where its next state can still accept in time. These tests walk real
+development-set schemas (the JSONSchemaBench slice in tests/data) with random admissible
+tokens under budgets that bind, and compare the pushdown backend's verified completions with
+the automaton's exact distances on the schemas both compile.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+import hf_fvo
+from hf_fvo import Grammar
+from hf_fvo.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError
+from hf_fvo.grammar.schema.closing import closing_bound
+from hf_fvo.grammar.schema.prepare import prepare_json_schema
+from hf_fvo.models import tiny_random_llama
+
+
+@pytest.fixture(scope="module")
+def smol_model(smol_tokenizer):
+    return tiny_random_llama(len(smol_tokenizer), eos_token_id=smol_tokenizer.eos_token_id)
+
+
+DEV = Path(__file__).resolve().parents[1] / "data" / "jsonschemabench_slice.jsonl"
+STATUS = {"type": "object", "properties": {"status": {"enum": ["ok", "error"]}},
+          "required": ["status"]}  # fmt: skip
+
+
+def _dev_schemas(count: int, seed: int = 0) -> list[dict]:
+    rows = [json.loads(line) for line in DEV.open()]
+    random.Random(seed).shuffle(rows)
+    return rows[:count]
+
+
+def _walk_under_budget(g: Grammar, budget: int, rng: random.Random) -> list[int]:
+    """Random admissible tokens from the initial state until EOS; fails if a state with room
+    left admits nothing (an output that would be cut off)."""
+    state, out = g.initial_state, []
+    eos = set(g.eos_token_ids)
+    for step in range(budget):
+        mask = g.admissible(state, budget - step)
+        choices = mask.nonzero().flatten().tolist()
+        assert choices, f"stuck after {len(out)} tokens with {budget - step} left"
+        token = rng.choice(choices)
+        if token in eos:
+            assert g.is_accepting(state)
+            return out
+        out.append(token)
+        state = g.next_state(state, token)
+    raise AssertionError(f"no EOS within the budget of {budget}")
+
+
+@pytest.mark.parametrize("budget", [12, 24, 48])
+def test_random_walks_under_a_binding_budget_always_end_with_eos(smol_tokenizer, budget):
+    """No output is ever cut: on 12 development schemas, 4 random admissible walks each end
+    with EOS inside the budget, accepted by the grammar, on the pushdown backend."""
+    walked = 0
+    for row in _dev_schemas(40, seed=budget):
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        except GrammarError:
+            continue
+        if not g.admissible(g.initial_state, budget).any():
+            continue  # the budget is below the shortest member: generate() refuses it
+        rng = random.Random(walked)
+        for _ in range(4):
+            tokens = _walk_under_budget(g, budget, rng)
+            text = smol_tokenizer.decode(tokens)
+            json.loads(text)  # a complete JSON value
+            assert len(tokens) + 1 <= budget
+        walked += 1
+        if walked == 12:
+            break
+    assert walked >= 6, "too few development schemas fit the budget"
+
+
+def test_pushdown_completions_never_beat_the_automatons_exact_distance(smol_tokenizer):
+    """On development schemas both backends compile, along seeded random walks, the pushdown
+    backend's verified completion is never shorter than the automaton's exact d(s) (it is an
+    upper bound), its witness walks to acceptance, and it is exact on most states."""
+    states = exact = schemas = 0
+    for row in _dev_schemas(80, seed=3):
+        try:
+            pd = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+            fa = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="",
+                                          backend="automaton", max_states=3000)  # fmt: skip
+        except GrammarError:
+            continue
+        rng = random.Random(schemas)
+        schemas += 1
+        sp, sa = pd.initial_state, fa.initial_state
+        for _ in range(25):
+            d = fa.min_tokens_to_accept(sa)
+            witness = pd.completion(sp)
+            assert witness is not None
+            assert pd.is_accepting(pd.walk(witness, sp))
+            assert len(witness) >= d
+            states += 1
+            exact += len(witness) == d
+            choices = [t for t in fa.allowed(sa).nonzero().flatten().tolist()
+                       if t not in fa.eos_token_ids]  # fmt: skip
+            if not choices:
+                break
+            t = rng.choice(choices)
+            sp, sa = pd.next_state(sp, t), fa.next_state(sa, t)
+            assert sp is not None
+        if schemas == 8:
+            break
+    assert schemas >= 4
+    assert exact >= 0.5 * states, f"exact on {exact} of {states} states"
+
+
+def test_the_automaton_admits_exactly_the_tokens_whose_completion_fits(smol_tokenizer):
+    """The automaton's rule, the reference the pushdown one is held to: y is kept iff its next
+    state accepts within remaining − 2 tokens (then EOS)."""
+    g = Grammar.from_json_schema(STATUS, smol_tokenizer, whitespace="", backend="automaton")
+    s = g.initial_state
+    for remaining in range(1, 9):
+        mask = g.admissible(s, remaining)
+        for y in g.allowed(s).nonzero().flatten().tolist():
+            if y in g.eos_token_ids:
+                continue
+            fits = g.min_tokens_to_accept(g.next_state(s, y)) <= remaining - 2
+            assert bool(mask[y]) == fits
+
+
+@pytest.mark.parametrize("remaining", [6, 7, 9])
+def test_pushdown_and_automaton_agree_on_the_status_schema(smol_tokenizer, remaining):
+    """On a small schema the pushdown rule keeps every token the automaton keeps (its
+    completions are exact there) and never one it drops."""
+    pd = Grammar.from_json_schema(STATUS, smol_tokenizer, whitespace="")
+    fa = Grammar.from_json_schema(STATUS, smol_tokenizer, whitespace="", backend="automaton")
+    prefix = smol_tokenizer.encode('{"status":')
+    sp, sa = pd.walk(prefix[:1]), fa.walk(prefix[:1])
+    assert torch.equal(pd.admissible(sp, remaining), fa.admissible(sa, remaining))
+
+
+def test_closing_bound_is_never_below_an_exact_distance(smol_tokenizer):
+    """Where the schema gives a closing bound (bytes), no state of the exact automaton is
+    farther than it from acceptance (tokens ≤ bytes: every byte is a token)."""
+    checked = 0
+    for row in _dev_schemas(120, seed=5):
+        try:
+            bound = closing_bound(prepare_json_schema(row["schema"], strict=True).schema)
+            if bound is None:
+                continue
+            fa = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="",
+                                          backend="automaton", max_states=3000)  # fmt: skip
+        except GrammarError:
+            continue
+        far = max(fa.min_tokens_to_accept(s) for s in range(fa.num_states)
+                  if fa.min_tokens_to_accept(s) < 10**9)  # fmt: skip
+        assert far <= bound, (row["name"], far, bound)
+        checked += 1
+        if checked == 10:
+            break
+    assert checked >= 5
+
+
+def test_closing_bound_refuses_what_it_cannot_bound():
+    assert closing_bound({"type": "string", "pattern": "^a+$"}) is None
+    assert closing_bound({}) is None  # any value nests without limit
+    assert closing_bound({"$ref": "#"}) is None
+    assert closing_bound({"type": "array", "items": {"type": "integer"}}) == 8  # "[" "-0" "]"…
+
+
+def test_the_probe_mask_matches_a_walk_per_token(smol_tokenizer):
+    """Inside a string, one probe mask decides for every token whether the witness still
+    completes after it; it agrees with walking the parser token by token."""
+    schema = {"type": "object", "required": ["name", "n"], "additionalProperties": False,
+              "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    s = g.walk(smol_tokenizer.encode('{"name":"hello wo'))
+    witness = g.completion(s)
+    text = b"".join(g.vocabulary.token_bytes[t] for t in witness)
+    neutral = g._probe(s, text)
+    rng = random.Random(0)
+    candidates = g.allowed(s).nonzero().flatten().tolist()
+    for y in rng.sample(candidates, 400) + smol_tokenizer.encode('"\\'):
+        if y in g.eos_token_ids or g._utf8_next[s._utf8, y] != 0:
+            continue
+        walked = g._completer.parses(s._matcher, (y, *witness))
+        assert bool(neutral[y]) == walked, smol_tokenizer.decode([y])
+
+
+# -- generate(): the issue's cases -------------------------------------------------------------
+
+
+def test_a_budget_that_fits_the_shortest_member_ends_complete(smol_tokenizer, smol_model):
+    """max_new_tokens=7 on a schema whose shortest member is 5 tokens: the output is a member,
+    not '{"status":"' (the cut-off output before)."""
+    g = Grammar.from_json_schema(STATUS, smol_tokenizer, whitespace="")
+    prompt = torch.tensor([[1, 5]])
+    for seed in range(3):
+        torch.manual_seed(seed)
+        out = hf_fvo.generate(smol_model, prompt, grammar=g, max_new_tokens=7, do_sample=True)
+        new = out[0, 2:].tolist()
+        assert g.eos_token_id in new
+        assert json.loads(smol_tokenizer.decode(new[: new.index(g.eos_token_id)]))["status"]
+
+
+def test_a_generation_config_budget_is_honoured(smol_tokenizer, smol_model):
+    g = Grammar.from_json_schema(STATUS, smol_tokenizer, whitespace="")
+    out = hf_fvo.generate(smol_model, torch.tensor([[1, 5]]), grammar=g,
+                          generation_config=GenerationConfig(max_new_tokens=8))  # fmt: skip
+    new = out[0, 2:].tolist()
+    assert g.eos_token_id in new
+
+
+@pytest.mark.parametrize("backend", ["pushdown", "automaton"])
+def test_a_budget_below_the_shortest_member_is_refused_before_any_forward(
+    smol_tokenizer, smol_model, backend
+):
+    g = Grammar.from_json_schema(STATUS, smol_tokenizer, whitespace="", backend=backend)
+    calls = []
+    hook = smol_model.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        with pytest.raises(BudgetTooSmallError, match=r"budget of 3 new tokens.*needs 5 tokens"):
+            hf_fvo.generate(smol_model, torch.tensor([[1, 5]]), grammar=g, max_new_tokens=3)
+        with pytest.raises(EmptyLanguageError):  # the same error, by its parent class
+            hf_fvo.generate(smol_model, torch.tensor([[1, 5]]), grammar=g,
+                            generation_config=GenerationConfig(max_new_tokens=5))  # fmt: skip
+    finally:
+        hook.remove()
+    assert not calls
