@@ -232,3 +232,21 @@ def test_a_budget_below_the_shortest_member_is_refused_before_any_forward(
     finally:
         hook.remove()
     assert not calls
+
+
+def test_a_long_witness_inside_a_string_is_checked_without_a_probe(smol_tokenizer):
+    """A witness too long for a probe vocabulary (llguidance caps its trie) falls back to
+    walking the parser per token; the kept tokens still finish in time."""
+    props = {f"field_{i}": {"type": "string"} for i in range(12)}
+    schema = {"type": "object", "properties": props, "required": list(props),
+              "additionalProperties": False}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    s = g.walk(smol_tokenizer.encode('{"field_0":"abc'))
+    need = g.tokens_to_accept(s)
+    assert len(smol_tokenizer.decode(g.completion(s))) > 48
+    mask = g.admissible(s, need + 3)
+    kept = [t for t in mask.nonzero().flatten().tolist() if t not in g.eos_token_ids]
+    assert len(kept) > 1000  # string content keeps the witness
+    for y in random.Random(0).sample(kept, 20):
+        child = g.next_state(s, y)
+        assert g.tokens_to_accept(child) <= need + 1

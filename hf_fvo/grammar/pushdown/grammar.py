@@ -41,6 +41,8 @@ __all__ = ["PushdownGrammar", "PushdownState"]
 _UNKNOWN: Any = object()  # a state's witness before it is searched for
 _SEARCHES = 4  # child states searched per admissible() call at most (beyond: excluded)
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
+_PROBE_BYTES = 48  # longest witness a probe vocabulary spells after every token (its trie
+# holds vocabulary × witness bytes, which llguidance caps at 2^24)
 
 
 class PushdownState:
@@ -282,9 +284,10 @@ class PushdownGrammar(Grammar):
         }  # fmt: skip
         rest = np.flatnonzero(bits & (keep == 0))
         afters = self._utf8_next[utf8, rest]
-        if 0 in tails and len(rest) >= _PROBE_FROM and self._probe_definition is not None:
-            spelled = self._vocab.token_bytes
-            neutral = self._probe(state, b"".join(spelled[t] for t in tails[0]))
+        suffix = b"".join(self._vocab.token_bytes[t] for t in tails.get(0, ()))
+        if (0 in tails and len(rest) >= _PROBE_FROM and len(suffix) <= _PROBE_BYTES
+                and self._probe_definition is not None):  # fmt: skip
+            neutral = self._probe(state, suffix)
             whole = afters == 0
             hit = rest[whole & (neutral[rest] == 1)]
             keep[hit] = 1
