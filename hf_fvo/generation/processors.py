@@ -281,16 +281,18 @@ class FVOLogitsProcessor(LogitsProcessor):
         )
 
     def _out_of_budget(self, state: Any) -> torch.Tensor:
-        """Nothing admissible fits the budget (a pushdown grammar looks one token ahead, so a
-        member can outgrow the budget): draw from A_t, unweighted, and warn once. The output is
-        then cut off by the budget, never made invalid; a row of −inf would crash sampling."""
+        """Nothing admissible fits the budget. ``generate`` refuses such a budget before the
+        first forward and every admissible token keeps the row able to finish, so this is
+        reached only by a bare processor given a ``max_new_tokens`` below the shortest
+        completion of its input: draw from A_t, unweighted, and warn once (a row of −inf
+        would crash sampling); the output will then be cut off, never made invalid."""
         if not self._warned_budget:
             self._warned_budget = True
             warnings.warn(
-                f"the token budget (max_new_tokens={self.tracker.max_new_tokens}) ran out before "
-                f"{self.grammar.source} could reach a member: the output will be cut off "
-                "(a pushdown grammar counts its shortest completion only one token ahead); "
-                "raise max_new_tokens",
+                f"the token budget (max_new_tokens={self.tracker.max_new_tokens}) is below the "
+                f"shortest completion {self.grammar.source} has from this prefix: the output "
+                "will be cut off; raise max_new_tokens (hf_fvo.generate refuses such a budget "
+                "before generating)",
                 stacklevel=4,
             )
         mask = self.grammar.allowed(state)

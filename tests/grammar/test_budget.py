@@ -250,3 +250,15 @@ def test_a_long_witness_inside_a_string_is_checked_without_a_probe(smol_tokenize
     for y in random.Random(0).sample(kept, 20):
         child = g.next_state(s, y)
         assert g.tokens_to_accept(child) <= need + 1
+
+
+def test_a_bare_processor_given_too_small_a_budget_warns_and_masks_to_the_grammar(smol_tokenizer):
+    """generate() refuses such a budget; a processor used directly cannot, so it keeps the
+    grammar's mask (never an all −inf row, which would crash sampling) and says why."""
+    from hf_fvo.generation import FVOLogitsProcessor
+
+    g = Grammar.from_json_schema(STATUS, smol_tokenizer, whitespace="")
+    proc = FVOLogitsProcessor(g, phi="onestep", prompt_length=1, max_new_tokens=2)
+    with pytest.warns(UserWarning, match="below the shortest completion"):
+        scores = proc(torch.tensor([[1]]), torch.zeros(1, g.vocab_size))
+    assert torch.equal(torch.isfinite(scores[0]), g.allowed(g.initial_state))
