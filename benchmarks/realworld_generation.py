@@ -122,25 +122,39 @@ def main() -> None:
     ap.add_argument("--phi", default="uniform")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--engines", default="hf_fvo", help="comma list: hf_fvo," + ",".join(PEERS))
+    ap.add_argument("--compile-timeout", type=float, default=60.0, help="seconds, peers")
     ap.add_argument("--out", default="/tmp/hf_fvo_realworld_generation")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = ap.parse_args()
     engines = args.engines.split(",")
 
     tok, model = load_default_tokenizer(), load_default_model()
-    wrapped = outlines.from_transformers(model, tok) if set(engines) - {"hf_fvo"} else None
+    peers = [e for e in engines if e != "hf_fvo"]
+    wrapped = outlines.from_transformers(model, tok) if peers else None
+    # a peer compiles each schema first in a worker process with a memory cap and a timeout
+    # (outlines-core can exhaust the machine's memory on some schemas): only what compiled there
+    # is generated with in this process
+    from grammar_engines import Pool
+
+    pools = {e: Pool(e, memory_gb=4.0) for e in peers}
     rows = [json.loads(line) for line in DEV.open()]
     chosen = pick_schemas(rows, args.schemas, tok, model.config.vocab_size)
     eos = set(tok.convert_tokens_to_ids([tok.eos_token]))
     records = []
     for row, grammar in chosen:
         ids = prompt_ids(tok, row["schema"])
+        compiled = {e: pools[e].run({"schema": row["schema"], "texts": []}, args.compile_timeout)
+                    for e in peers}  # fmt: skip
         for sample in range(args.samples):
             for engine in engines:  # interleaved: the same seed for every engine
                 torch.manual_seed(1000 * (len(records) // len(engines)) + sample)
                 t0 = time.perf_counter()
-                new, refused = draw(engine, model, wrapped, tok, row, grammar, ids,
-                                    args.max_new_tokens, args.phi)  # fmt: skip
+                check = compiled.get(engine, {"status": "ok"})
+                if check["status"] != "ok":
+                    new, refused = [], f"compile: {check['status']} {check.get('error', '')[:80]}"
+                else:
+                    new, refused = draw(engine, model, wrapped, tok, row, grammar, ids,
+                                        args.max_new_tokens, args.phi)  # fmt: skip
                 seconds = time.perf_counter() - t0
                 end = next((i for i, t in enumerate(new) if t in eos), None)
                 body = new if end is None else new[:end]
@@ -174,12 +188,17 @@ def main() -> None:
         f"({len({r['source'] for r in records})} sources) × {args.samples} seeded draws, "
         "`do_sample=True, top_k=0`, the schema in the prompt. hf_fvo: compact JSON, strict "
         "objects; the Outlines processors (outlines 1.x, through `model.generate(logits_"
-        "processor=…)`) with their defaults. *Cut*: no EOS within the budget (not JSON). "
+        "processor=…)`) with their defaults, each schema compiled first in a worker (4 GB, "
+        f"{args.compile_timeout:.0f} s; what fails there counts as refused). *Cut*: no EOS within "
+        "the budget (not JSON). *Refused*: hf_fvo's `BudgetTooSmallError` before generating, or "
+        "a peer that does not compile the schema. "
         "Validity: `jsonschema` with its format checker, against the original schema.",
         "",
         "| engine | outputs | complete | **cut off** | refused | complete and valid |",
         "|---|---|---|---|---|---|",
     ]
+    for pool in pools.values():
+        pool.close()
     for engine in engines:
         rs = [r for r in records if r["engine"] == engine]
         count = {k: sum(r["status"] == k for r in rs) for k in ("complete", "cut", "refused")}
