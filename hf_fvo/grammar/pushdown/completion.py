@@ -94,7 +94,6 @@ class Completer:
                     self._byte_id[b[0]] = i
         self._spelled = spelled
         self.longest = max((len(b) for b in spelled), default=1)
-        self._words = np.zeros(ok_words.shape[1], dtype=np.uint32)
         # the bytes in search order, their single-byte token ids and search classes
         self._order = np.array(_ORDER)
         self._order_has = self._byte_id[self._order] >= 0
@@ -182,7 +181,7 @@ class Completer:
 
     def _allowed_bytes(self, matcher: Any, utf8: int) -> list[int]:
         """One allowed byte per search class, closers first."""
-        words = self._words
+        words = np.empty_like(self._ok_words[0])  # per call: grammars are shared across threads
         matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
         words &= self._ok_words[utf8]
         ids = self._order_ids
