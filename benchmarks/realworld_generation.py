@@ -179,7 +179,8 @@ def main() -> None:
         f"{args.out}/results-{args.max_new_tokens}-{'-'.join(engines)}.jsonl"
     )
     heading = (f"## Real-world schemas at a budget of {args.max_new_tokens} new tokens: "
-               f"cut-off outputs and validity (phi={args.phi})")  # fmt: skip
+               f"cut-off outputs and validity ({', '.join(engines)}; {args.samples} draws; "
+               f"phi={args.phi})")  # fmt: skip
     lines = [
         heading,
         "",
