@@ -7,7 +7,7 @@ U(s) is a sound upper bound on d(s), the fewest tokens to acceptance:
 
 1. a byte-level search from the state over the single-byte tokens every byte-level vocabulary
    has: breadth first (shortest in bytes) for a few dozen parser states, then depth first
-   with closing brackets and quotes tried first, to 256 bytes and then to 4096
+   with closing brackets and quotes tried first, to 4096 bytes and then to 256
    (a first descent that closes what is open is linear in the completion's length),
 2. the fewest tokens that spell those bytes (a dynamic programme over the vocabulary);
 3. the sequence walked through the parser (with EOS at the end) and the UTF-8 filter.
@@ -32,7 +32,7 @@ __all__ = ["Completer"]
 _CLOSERS = b"\"]})>'`"
 _STRUCTURAL = set("\"\\{}[]()<>,:;-+.=/ '`")
 _BFS_NODES = 24  # parser states the breadth-first pass may expand
-_DFS_NODES = 4_000  # and the depth-first passes, in all
+_DFS_NODES = 8_000  # and each depth-first pass
 _MAX_DEPTH = 4096  # bytes
 
 
@@ -212,10 +212,11 @@ class Completer:
         return None
 
     def _bytes_dfs(self, matcher: Any, utf8: int) -> bytes | None:
-        budget = [_DFS_NODES]
-        for limit in (256, _MAX_DEPTH):
-            found = self._dfs(matcher, utf8, limit, budget)
-            if found is not None or budget[0] <= 0:
+        # first a long descent (closing what is open, writing what is required: linear in the
+        # completion's length), then a shallow search with backtracking for the rest
+        for limit in (_MAX_DEPTH, 256):
+            found = self._dfs(matcher, utf8, limit, [_DFS_NODES])
+            if found is not None:
                 return found
         return None
 
