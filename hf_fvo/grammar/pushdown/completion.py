@@ -124,14 +124,15 @@ class Completer:
 
     # -- the witness --------------------------------------------------------------------------
 
-    def complete(self, matcher: Any, utf8: int) -> tuple[int, ...] | None:
+    def complete(self, matcher: Any, utf8: int, nodes: int = _DFS_NODES) -> tuple[int, ...] | None:
         """A verified token sequence (EOS excluded) from the parser state to acceptance, or
-        ``None`` when the searches' limits are reached first."""
+        ``None`` when the searches' limits (``nodes`` parser states per depth-first pass) are
+        reached first."""
         if utf8 == 0 and matcher.is_accepting():
             return ()
         text = self._bytes_bfs(matcher, utf8)
         if text is None:
-            text = self._bytes_dfs(matcher, utf8)
+            text = self._bytes_dfs(matcher, utf8, nodes)
         if text is None:
             return None
         tokens = self.fewest_tokens(text)
@@ -211,11 +212,11 @@ class Completer:
                 queue.append((child, cu, text + bytes([b])))
         return None
 
-    def _bytes_dfs(self, matcher: Any, utf8: int) -> bytes | None:
+    def _bytes_dfs(self, matcher: Any, utf8: int, nodes: int) -> bytes | None:
         # first a long descent (closing what is open, writing what is required: linear in the
         # completion's length), then a shallow search with backtracking for the rest
         for limit in (_MAX_DEPTH, 256):
-            found = self._dfs(matcher, utf8, limit, [_DFS_NODES])
+            found = self._dfs(matcher, utf8, limit, [nodes])
             if found is not None:
                 return found
         return None

@@ -40,6 +40,7 @@ __all__ = ["PushdownGrammar", "PushdownState"]
 
 _UNKNOWN: Any = object()  # a state's witness before it is searched for
 _SEARCHES = 4  # child states searched per admissible() call at most (beyond: excluded)
+_CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _PROBE_BYTES = 48  # longest witness a probe vocabulary spells after every token (its trie
 # holds vocabulary × witness bytes, which llguidance caps at 2^24)
@@ -303,7 +304,7 @@ class PushdownGrammar(Grammar):
             if searches <= 0:
                 break
             searches -= 1
-            found = done.complete(_child(matcher, y), int(self._utf8_next[utf8, y]))
+            found = done.complete(_child(matcher, y), int(self._utf8_next[utf8, y]), _CHILD_NODES)
             if found is not None and len(found) <= room:
                 keep[y] = 1
                 heirs[y] = found
