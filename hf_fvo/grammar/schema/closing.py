@@ -47,7 +47,7 @@ def closing_bound(schema: Any) -> int | None:
     """
     try:
         return _Bounds(schema).closing(schema, ())
-    except (_Unbounded, RecursionError, TypeError, ValueError, KeyError):
+    except (_Unbounded, RecursionError, TypeError, ValueError, LookupError, AttributeError):
         return None
 
 
