@@ -55,54 +55,26 @@ class _Bounds:
     def __init__(self, root: Any) -> None:
         self.root = root
 
-    # -- the closing bound: max over prefixes of the shortest completion -----------------------
+    # -- one recursion, two quantities ---------------------------------------------------------
+    # closing=True: max over viable prefixes of a value of the shortest completion;
+    # closing=False: an upper bound on the length of the shortest value.
 
     def closing(self, s: Any, seen: tuple[str, ...]) -> int:
-        s, seen = self.resolve(s, seen)
-        if s is True or s == {}:
-            raise _Unbounded("any value: nesting without limit")
-        if s is False:
-            return 0
-        self.check(s)
-        if "const" in s:
-            return len(_dump(s["const"]))
-        if "enum" in s:
-            return max(len(_dump(v)) for v in s["enum"])
-        branches = s.get("anyOf") or s.get("oneOf")
-        if branches is not None:
-            rest = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
-            if set(rest) - _ANNOTATIONS:
-                raise _Unbounded("anyOf beside other keywords")
-            return max(self.closing(b, seen) for b in branches)
-        types = s.get("type")
-        if types is None:
-            raise _Unbounded("no type")
-        types = [types] if isinstance(types, str) else list(types)
-        return max(self.closing_typed(s, t, seen) for t in types)
-
-    def closing_typed(self, s: dict, kind: str, seen: tuple[str, ...]) -> int:
-        if kind in ("boolean", "null"):
-            return 5
-        if kind in ("integer", "number"):
-            return self.number_yield(s, kind) + _NUMBER_SLACK
-        if kind == "string":
-            if any(k in s for k in ("pattern", "format")):
-                raise _Unbounded("pattern")
-            return int(s.get("minLength", 0)) + _ESCAPE + 2
-        if kind == "array":
-            return self.array(s, seen, closing=True)
-        if kind == "object":
-            return self.object(s, seen, closing=True)
-        raise _Unbounded(kind)
-
-    # -- an upper bound on the shortest member's length ----------------------------------------
+        return self.bound(s, seen, closing=True)
 
     def shortest(self, s: Any, seen: tuple[str, ...]) -> int:
+        return self.bound(s, seen, closing=False)
+
+    def bound(self, s: Any, seen: tuple[str, ...], closing: bool) -> int:
         s, seen = self.resolve(s, seen)
         if s is True or s == {}:
+            if closing:
+                raise _Unbounded("any value: nesting without limit")
             return 1  # 0
         if s is False:
-            raise _Unbounded("false has no member")
+            if not closing:
+                raise _Unbounded("false has no member")
+            return 0
         self.check(s)
         if "const" in s:
             return len(_dump(s["const"]))
@@ -110,26 +82,29 @@ class _Bounds:
             return max(len(_dump(v)) for v in s["enum"])  # some member is one of them
         branches = s.get("anyOf") or s.get("oneOf")
         if branches is not None:
-            return max(self.shortest(b, seen) for b in branches)
+            rest = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
+            if closing and set(rest) - _ANNOTATIONS:
+                raise _Unbounded("anyOf beside other keywords")
+            return max(self.bound(b, seen, closing) for b in branches)
         types = s.get("type")
         if types is None:
             raise _Unbounded("no type")
         types = [types] if isinstance(types, str) else list(types)
-        return max(self.shortest_typed(s, t, seen) for t in types)
+        return max(self.typed(s, t, seen, closing) for t in types)
 
-    def shortest_typed(self, s: dict, kind: str, seen: tuple[str, ...]) -> int:
+    def typed(self, s: dict, kind: str, seen: tuple[str, ...], closing: bool) -> int:
         if kind in ("boolean", "null"):
             return 5
         if kind in ("integer", "number"):
-            return self.number_yield(s, kind)
+            return self.number_yield(s, kind) + (_NUMBER_SLACK if closing else 0)
         if kind == "string":
             if any(k in s for k in ("pattern", "format")):
                 raise _Unbounded("pattern")
-            return int(s.get("minLength", 0)) + 2
+            return int(s.get("minLength", 0)) + (_ESCAPE if closing else 0) + 2
         if kind == "array":
-            return self.array(s, seen, closing=False)
+            return self.array(s, seen, closing)
         if kind == "object":
-            return self.object(s, seen, closing=False)
+            return self.object(s, seen, closing)
         raise _Unbounded(kind)
 
     # -- containers and numbers -----------------------------------------------------------------
