@@ -141,6 +141,10 @@ def main() -> None:
     chosen = pick_schemas(rows, args.schemas, tok, model.config.vocab_size)
     eos = set(tok.convert_tokens_to_ids([tok.eos_token]))
     records = []
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    # every record is also appended as it is made, so a run stopped early keeps what it drew
+    progress = Path(args.out) / f"progress-{args.max_new_tokens}-{'-'.join(engines)}.jsonl"
+    progress.write_text("")
     for row, grammar in chosen:
         ids = prompt_ids(tok, row["schema"])
         compiled = {e: pools[e].run({"schema": row["schema"], "texts": []}, args.compile_timeout)
@@ -172,9 +176,10 @@ def main() -> None:
                     "status": status, "valid": valid, "why": why, "seconds": round(seconds, 2),
                     "text": text[:2000],
                 })  # fmt: skip
+                with progress.open("a") as fh:
+                    fh.write(json.dumps(records[-1]) + "\n")
                 print(f"{engine:13s} {row['name'][:26]:26s} {len(body):4d} tok {status:8s} "
-                      f"valid={valid} {why[:60]}", flush=True)  # fmt: skip
-    Path(args.out).mkdir(parents=True, exist_ok=True)
+                      f"valid={valid} {seconds:7.1f} s {why[:60]}", flush=True)  # fmt: skip
     datasets.Dataset.from_list(records).to_json(
         f"{args.out}/results-{args.max_new_tokens}-{'-'.join(engines)}.jsonl"
     )

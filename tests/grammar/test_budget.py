@@ -234,9 +234,10 @@ def test_a_budget_below_the_shortest_member_is_refused_before_any_forward(
     assert not calls
 
 
-def test_a_long_witness_inside_a_string_is_checked_without_a_probe(smol_tokenizer):
-    """A witness too long for a probe vocabulary (llguidance caps its trie) falls back to
-    walking the parser per token; the kept tokens still finish in time."""
+def test_a_long_witness_inside_a_string_is_probed_in_parts(smol_tokenizer):
+    """A witness too long for one probe vocabulary (llguidance caps its trie) is probed over
+    the vocabulary in parts; the kept tokens still finish in time, and the parts' verdicts
+    agree with walking the parser per token."""
     props = {f"field_{i}": {"type": "string"} for i in range(12)}
     schema = {"type": "object", "properties": props, "required": list(props),
               "additionalProperties": False}  # fmt: skip
@@ -250,6 +251,15 @@ def test_a_long_witness_inside_a_string_is_checked_without_a_probe(smol_tokenize
     for y in random.Random(0).sample(kept, 20):
         child = g.next_state(s, y)
         assert g.tokens_to_accept(child) <= need + 1
+    witness = g.completion(s)
+    text = b"".join(g.vocabulary.token_bytes[t] for t in witness)
+    assert len(g._tokenizer.probe(text)) > 1  # more than one part
+    neutral = g._probe(s, text)
+    candidates = g.allowed(s).nonzero().flatten().tolist()
+    for y in random.Random(1).sample(candidates, 200) + smol_tokenizer.encode('"\\'):
+        if y in g.eos_token_ids or g._utf8_next[s._utf8, y] != 0:
+            continue
+        assert bool(neutral[y]) == g._completer.parses(s._matcher, (y, *witness)), y
 
 
 def test_a_bare_processor_given_too_small_a_budget_warns_and_masks_to_the_grammar(smol_tokenizer):

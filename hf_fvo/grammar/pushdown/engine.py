@@ -40,6 +40,9 @@ __all__ = [
 
 # every tokenization of a member is a distinct sequence of the language: canonical forcing off
 _OPTIONS = '%llguidance {"no_forcing": true}\n'
+# bytes of token text one LLTokenizer may hold: llguidance's token trie panics a little past
+# 4.5 million (measured with SmolLM2's vocabulary and suffixes of 78 and 85 bytes)
+_PROBE_TRIE = 4_000_000
 
 
 def limits() -> Any:
@@ -84,30 +87,51 @@ class PushdownTokenizer:
                 if e < n:
                     self.ok_words[s, e >> 5] &= ~np.uint32(1 << (e & 31))
         self.completer = Completer(vocab, self.utf8_next, self.ok_words)
-        self._probes: LRU[bytes, Any] = LRU(8)
+        self._probes: LRU[bytes, Any] = LRU(2)
 
-    def probe(self, suffix: bytes) -> Any:
-        """An ``LLTokenizer`` over twice the vocabulary: id i spells token i's bytes, id n + i
-        spells them followed by ``suffix`` and a NUL byte. Against a grammar that ends in NUL
-        (:func:`probe_definition`), one mask says for every token y at once whether y then
-        ``suffix`` completes a member. Built in ~150 ms, kept per suffix (LRU of 8)."""
+    def probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:
+        """Parts of a probe vocabulary: per part an ``LLTokenizer`` over the vocabulary plus one
+        id per token of the part (``n + j`` spells token ``ids[j]``'s bytes followed by
+        ``suffix`` and a NUL byte), ``ids``, and the parsers built over it, by definition
+        (kept with it, so that one bound cache holds them all). Against a grammar that ends in NUL
+        (:func:`probe_definition`), one mask per part says for every token y of it whether y
+        then ``suffix`` completes a member. llguidance's token trie holds a few million bytes,
+        so the tokens are split into as many parts as the suffix's length needs (one up to
+        ~70 bytes); built in ~0.35 s and ~90 MB a part, kept for the last 2 suffixes."""
         return self._probes.get_or_build(suffix, lambda: self._probe(suffix))
 
-    def _probe(self, suffix: bytes) -> Any:
+    def _probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:
         import llguidance
 
         base = _VocabularyWrapper(self.vocab)
         n = len(base.tokens)
-        wrapper = _VocabularyWrapper(self.vocab)
-        wrapper.tokens = base.tokens + [
-            b + suffix + b"\x00" if b else f"<[{n + i}]>".encode()
-            for i, b in enumerate(self.vocab.token_bytes)
-        ]
-        wrapper.special_token_ids = base.special_token_ids + [n + i for i in base.special_token_ids]
-        return llguidance.LLTokenizer(
-            llguidance.TokenizerWrapper(wrapper), n_vocab=2 * n,
-            eos_token=list(self.vocab.eos_token_ids), slices=[],
-        )  # fmt: skip
+        room = _PROBE_TRIE - sum(len(t) for t in base.tokens)
+        parts: list[list[int]] = [[]]
+        used = 0
+        for i, b in enumerate(self.vocab.token_bytes):
+            if not b:
+                continue  # spells nothing: never a candidate
+            cost = len(b) + len(suffix) + 1
+            if parts[-1] and used + cost > room:
+                parts.append([])
+                used = 0
+            parts[-1].append(i)
+            used += cost
+        out = []
+        for ids in parts:
+            wrapper = _VocabularyWrapper(self.vocab)
+            wrapper.tokens = base.tokens + [
+                self.vocab.token_bytes[i] + suffix + b"\x00" for i in ids
+            ]
+            out.append((
+                llguidance.LLTokenizer(
+                    llguidance.TokenizerWrapper(wrapper), n_vocab=n + len(ids),
+                    eos_token=list(self.vocab.eos_token_ids), slices=[],
+                ),
+                np.array(ids, dtype=np.int64),
+                {},
+            ))  # fmt: skip
+        return tuple(out)
 
 
 class _VocabularyWrapper:

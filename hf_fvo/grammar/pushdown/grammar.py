@@ -34,7 +34,6 @@ from hf_fvo.grammar.pushdown.engine import (
     probe_definition,
     translate_error,
 )
-from hf_fvo.lru import LRU
 
 __all__ = ["PushdownGrammar", "PushdownState"]
 
@@ -42,8 +41,8 @@ _UNKNOWN: Any = object()  # a state's witness before it is searched for
 _SEARCHES = 4  # child states searched per admissible() call at most (beyond: excluded)
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
-_PROBE_BYTES = 48  # longest witness a probe vocabulary spells after every token (its trie
-# holds vocabulary × witness bytes, which llguidance caps at 2^24)
+_PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
+# llguidance can hold: about 70 bytes a part with SmolLM2's; beyond, the parser walks per token)
 
 
 class PushdownState:
@@ -135,7 +134,6 @@ class PushdownGrammar(Grammar):
         self._completer = tokenizer.completer
         self._tokenizer = tokenizer
         self._probe_definition = probe_definition(self._definition)
-        self._probe_roots: LRU[bytes, Any] = LRU(8)
         root = llguidance.LLMatcher(tokenizer.llg, self._definition, log_level=0, limits=limits())
         if root.is_error():
             raise translate_error(root.get_error(), self._source)
@@ -341,24 +339,30 @@ class PushdownGrammar(Grammar):
 
     def _probe(self, state: PushdownState, suffix: bytes) -> np.ndarray:
         """For every token y at once: whether y then ``suffix`` completes a member from
-        ``state`` (one mask of a parser over the probe vocabulary, replayed to ``state``)."""
+        ``state`` (one mask per part of the probe vocabulary, its parser replayed to
+        ``state``)."""
         import llguidance
 
-        vocab = self._tokenizer.probe(suffix)
-
-        def root() -> Any:
-            m = llguidance.LLMatcher(vocab, self._probe_definition, log_level=0, limits=limits())
-            if m.is_error():
-                raise GrammarError(f"internal: the probe grammar failed: {m.get_error()[:200]}")
-            return m
-
-        matcher = self._probe_roots.get_or_build(suffix, root).deep_copy()
-        if state._path and not matcher.consume_tokens(list(state._path)):
-            raise GrammarError("internal: the probe parser refused a path the grammar allowed")
-        words = np.zeros((2 * self._n + 31) // 32, dtype=np.uint32)
-        matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
-        bits = np.unpackbits(words.view(np.uint8), count=2 * self._n, bitorder="little")
-        return bits[self._n :]
+        neutral = np.zeros(self._n, dtype=np.uint8)
+        for vocab, ids, roots in self._tokenizer.probe(suffix):
+            root = roots.get(self._probe_definition)
+            if root is None:
+                root = llguidance.LLMatcher(vocab, self._probe_definition, log_level=0,
+                                            limits=limits())  # fmt: skip
+                if root.is_error():
+                    raise GrammarError(
+                        f"internal: the probe grammar failed: {root.get_error()[:200]}"
+                    )
+                roots[self._probe_definition] = root
+            matcher = root.deep_copy()
+            if state._path and not matcher.consume_tokens(list(state._path)):
+                raise GrammarError("internal: the probe parser refused a path the grammar allowed")
+            width = self._n + len(ids)
+            words = np.zeros((width + 31) // 32, dtype=np.uint32)
+            matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+            bits = np.unpackbits(words.view(np.uint8), count=width, bitorder="little")
+            neutral[ids] = bits[self._n :]
+        return neutral
 
     def _inherited(self, state: PushdownState, token: int) -> Any:
         """The witness a child starts with: what an admissible() call found for it, else the
