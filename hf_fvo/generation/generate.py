@@ -31,6 +31,7 @@ from hf_fvo.generation.drafts import (
 )
 from hf_fvo.generation.loops import assisted_decoding, decoding_loop, why_not_assisted
 from hf_fvo.generation.mode import DecodingRequest, decoding_mode
+from hf_fvo.generation.particles import ParticleReport, sample_particles
 from hf_fvo.generation.processors import FVOLogitsProcessor, vocabulary_mismatch
 from hf_fvo.generation.speculative import GrammarAwareCandidateGenerator, model_vocab_size
 from hf_fvo.generation.tracker import left_padding
@@ -69,6 +70,7 @@ def generate(
     blind_draft: bool = False,
     num_assistant_tokens: int | None = None,
     grammar_draft: bool | None = None,
+    particles: int | None = None,
     **generate_kwargs: Any,
 ) -> Any:
     """Run ``model.generate`` so that it samples p_t·Φ̂_t on the grammar's admissible sets.
@@ -114,6 +116,14 @@ def generate(
             assisted decoding supports, and plain decoding otherwise; ``True`` also drafts
             batches, row by row; ``False`` never drafts
             (:func:`~hf_fvo.generation.mode.decoding_mode` decides).
+        particles: N: sample by Φ̂-twisted sequential Monte Carlo
+            (:func:`~hf_fvo.generation.particles.sample_particles`): per prompt, N particles
+            propose from p_t·Φ̂_t on the admissible sets, are weighted by p/q and resampled when
+            their effective sample size falls below N/2, and each output is drawn from the final
+            weighted set. The set targets μ*_B exactly for every ``phi`` (``"uniform"``: the
+            masked proposal); Φ̂ decides how many particles suffice. Needs ``do_sample=True``;
+            not with a draft model, beams or per-step outputs. p_t is the model's law after the
+            call's other processors (temperature, top-k…, penalties).
         **generate_kwargs: Passed to ``model.generate``; the budget Transformers uses
             (``max_new_tokens``, ``max_length``, ``generation_config``, or its default of 20
             new tokens) also bounds the completions Φ counts; ``logits_processor`` entries run
@@ -123,7 +133,10 @@ def generate(
         Whatever ``model.generate`` returns. With ``return_dict_in_generate=True`` the output also
         carries ``certificates``: one :class:`~hf_fvo.phi.Certificate` per sequence (per-step
         δ_t, Φ̄_t and the sequence bound Σ_t δ_t/(Φ̄_t − δ_t)); with a draft, also
-        ``speculation``, a :class:`~hf_fvo.generation.SpeculationStats`.
+        ``speculation``, a :class:`~hf_fvo.generation.SpeculationStats`. With ``particles``,
+        ``particles`` instead of ``certificates``: one
+        :class:`~hf_fvo.generation.particles.ParticleReport` per sequence (log Ẑ, the ESS per
+        step, the resamplings of the run it was drawn from).
 
     Raises:
         InvalidArgumentError: ``input_ids`` is not a 2-D integer tensor, another argument is
@@ -151,6 +164,14 @@ def generate(
     input_ids = _check_input_ids(input_ids)
     require_grammar(grammar)
     _check_flags(assistant_model, draft_phi, blind_draft, num_assistant_tokens, grammar_draft)
+    if particles is not None:
+        particles = check_int("particles", particles, minimum=1)
+        _check_particles(assistant_model, grammar_draft, generate_kwargs)
+        config = generate_kwargs.get("generation_config") or getattr(
+            model, "generation_config", None
+        )
+        if "top_k" not in generate_kwargs and getattr(config, "top_k", None) is None:
+            generate_kwargs["top_k"] = 0  # Transformers' own default (50) would truncate p_t
     request = DecodingRequest(
         draft_model=assistant_model is not None,
         grammar_draft=grammar_draft,
@@ -159,7 +180,7 @@ def generate(
         per_step=tuple(k for k in _PER_STEP_OUTPUTS if generate_kwargs.get(k)),
         encoder_decoder=getattr(getattr(model, "config", None), "is_encoder_decoder", False),
     )
-    if decoding_mode(request) == "row_by_row":
+    if particles is None and decoding_mode(request) == "row_by_row":
         return _row_by_row(
             model, input_ids, grammar=grammar, phi=phi, prompt_length=prompt_length,
             assistant_model=assistant_model, draft_phi=draft_phi, blind_draft=blind_draft,
@@ -183,6 +204,7 @@ def generate(
         draft_kwargs={"draft_phi": draft_phi, "blind": blind_draft,
                       "num_assistant_tokens": num_assistant_tokens,
                       "grammar_runs": grammar_draft is not False},
+        particles=particles,
     )  # fmt: skip
     extra = generate_kwargs.pop("logits_processor", None) or []
     out = model.generate(
@@ -194,6 +216,10 @@ def generate(
     )
     if call.drafted and not isinstance(out, torch.Tensor):
         out["speculation"] = call.stats
+    if particles is not None:
+        if not isinstance(out, torch.Tensor):
+            out["particles"] = call.reports
+        return out
     return _with_certificates(out, processor, start, width - start)
 
 
@@ -214,8 +240,11 @@ class _Call:
         streamer: Any,
         assistant_model: Any,
         draft_kwargs: dict[str, Any],
+        particles: int | None = None,
     ) -> None:
         self.processor = processor
+        self.particles = particles
+        self.reports: list[ParticleReport] = []
         self.request = request
         self.input_width = input_ids.shape[1]
         self.vocab_width = width  # the target's logits width
@@ -253,6 +282,9 @@ class _Call:
             beams=generation_config.num_beams or 1,
             why_not_assisted=why_not_assisted(model, generation_config, model_kwargs),
         ))  # fmt: skip
+        if self.particles is not None:
+            return self.particle_decode(model, input_ids, logits_processor, generation_config,
+                                        model_kwargs)  # fmt: skip
         streamer = {"streamer": self.streamer} if self.streamer is not None else {}
         try:
             if mode == "plain":
@@ -272,6 +304,64 @@ class _Call:
             raise ConstraintConflictError(
                 f"{exc}. Processors that ran before the grammar's in this call: {upstream}"
             ) from exc
+
+    def particle_decode(
+        self,
+        model: Any,
+        input_ids: torch.Tensor,
+        logits_processor: LogitsProcessorList,
+        generation_config: Any,
+        model_kwargs: dict[str, Any],
+    ) -> Any:
+        """Sequential Monte Carlo per prompt; each of its ``num_return_sequences`` rows is drawn
+        from the prompt's final weighted particles."""
+        from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+        config = generation_config
+        if not config.do_sample:
+            raise InvalidArgumentError("particles sample: pass do_sample=True")
+        if (config.num_beams or 1) > 1:
+            raise InvalidArgumentError("particles do not combine with beam search (num_beams)")
+        cut = _truncation(config)
+        if cut:
+            raise InvalidArgumentError(
+                f"particles target μ*_B of the model's law, which {cut} truncates (set by the "
+                "call, its generation_config or the model's): drop it, or sample without "
+                "particles"
+            )
+        rows = self.processor.tracker
+        copies = config.num_return_sequences or 1
+        mask = model_kwargs.get("attention_mask")
+        pads = [0] * input_ids.shape[0] if mask is None else left_padding(mask)
+        others = [p for p in logits_processor if p is not self.processor]
+
+        def scores(ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+            for p in others:
+                logits = p(ids, logits)
+            return logits
+
+        budget = config.max_length - input_ids.shape[1]
+        outputs, self.reports = [], []
+        for r in range(0, input_ids.shape[0], copies):
+            skip = pads[r]
+            found = sample_particles(
+                model, input_ids[r : r + 1, skip:], grammar=self.processor.grammar,
+                particles=self.particles, max_new_tokens=budget, phi=self.processor.estimator,
+                scores=scores, prompt_length=rows.prompt_length - skip,
+            )  # fmt: skip
+            for j in found.draw(copies).tolist():
+                outputs.append(torch.cat([input_ids[r, :skip], found.sequences[j]]))
+                self.reports.append(found.report)
+        pad = config.pad_token_id
+        pad = self.processor.grammar.eos_token_id if pad is None else pad
+        width = max(len(o) for o in outputs)
+        sequences = torch.full((len(outputs), width), int(pad), dtype=input_ids.dtype,
+                               device=input_ids.device)  # fmt: skip
+        for i, o in enumerate(outputs):
+            sequences[i, : len(o)] = o
+        if config.return_dict_in_generate:
+            return GenerateDecoderOnlyOutput(sequences=sequences)
+        return sequences
 
     def candidates(self, **kw: Any) -> Any:
         config = kw["generation_config"]
@@ -320,6 +410,30 @@ def _check_flags(
         raise InvalidArgumentError(
             f"grammar_draft must be True, False or None, got {grammar_draft!r}"
         )
+
+
+_NEUTRAL = {"top_k": (None, 0), "top_p": (None, 1.0), "min_p": (None, 0.0),
+            "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0),
+            "eta_cutoff": (None, 0.0)}  # fmt: skip
+
+
+def _truncation(config: Any) -> str:
+    """The warpers ``config`` turns on that cut tokens off p_t (``top_k=50``…), in words."""
+    on = [f"{k}={getattr(config, k)}" for k, neutral in _NEUTRAL.items()
+          if getattr(config, k, None) not in neutral]  # fmt: skip
+    return ", ".join(on)
+
+
+def _check_particles(
+    assistant_model: Any, grammar_draft: bool | None, generate_kwargs: dict[str, Any]
+) -> None:
+    if assistant_model is not None or grammar_draft:
+        raise InvalidArgumentError(
+            "particles do not combine with assistant_model or grammar_draft=True: drop one"
+        )
+    per_step = [k for k in _PER_STEP_OUTPUTS if generate_kwargs.get(k)]
+    if per_step:
+        raise InvalidArgumentError(f"particles return whole sequences: drop {', '.join(per_step)}")
 
 
 _PER_STEP_OUTPUTS = ("output_scores", "output_logits", "output_attentions",

@@ -185,11 +185,12 @@ class MarkovLM(PreTrainedModel, GenerationMixin):
         past_key_values: Any = None,
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
+        cache: Any = None,
         **kwargs: Any,
     ) -> CausalLMOutputWithPast:
         new = input_ids.shape[1]
         if past_key_values is None:  # transformers ≥ 5.24 passes the cache as `cache`
-            past_key_values = kwargs.pop("cache", None)
+            past_key_values = cache
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache()
         if past_key_values is not None:

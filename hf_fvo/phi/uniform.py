@@ -31,6 +31,5 @@ class UniformPhi(PhiEstimator):
 
     def log_phi(self, ctx: PhiContext) -> torch.Tensor:
         mask = self.grammar.admissible(ctx.state, ctx.remaining)
-        out = torch.full(mask.shape, -torch.inf, dtype=torch.float64)
-        out[mask] = 0.0
-        return out
+        # masked_fill, not out[mask] = 0: a fraction of the time on a 49k vocabulary
+        return torch.zeros(mask.shape, dtype=torch.float64).masked_fill_(~mask, -torch.inf)
