@@ -36,12 +36,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--schemas", type=int, default=20)
     ap.add_argument("--particles", type=int, default=8)
-    ap.add_argument("--phi", default="uniform", help="the twist")
+    ap.add_argument("--phi", default="uniform", help="the twists, a comma list (each its own row)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--out", default="/tmp/hf_fvo_particles")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = ap.parse_args()
 
+    twists = args.phi.split(",")
     tok, model = load_default_tokenizer(), load_default_model()
     rows = [json.loads(line) for line in DEV.open()]
     chosen = [(r, g) for r, g in pick_schemas(rows, 3 * args.schemas, tok, model.config.vocab_size)
@@ -53,17 +54,17 @@ def main() -> None:
     records = []
     for k, (row, grammar) in enumerate(chosen):
         ids = prompt_ids(tok, row["schema"])
-        for engine in ("masked", f"particles={args.particles}"):
+        for engine in ["masked"] + [f"particles={args.particles}, phi={t}" for t in twists]:
             torch.manual_seed(1000 + k)
             t0 = time.perf_counter()
             report = None
             try:
                 if engine == "masked":
-                    out = hf_fvo.generate(model, ids, grammar=grammar, phi=args.phi,
+                    out = hf_fvo.generate(model, ids, grammar=grammar, phi="uniform",
                                           do_sample=True, top_k=0,
                                           max_new_tokens=args.max_new_tokens)  # fmt: skip
                 else:
-                    res = hf_fvo.generate(model, ids, grammar=grammar, phi=args.phi,
+                    res = hf_fvo.generate(model, ids, grammar=grammar, phi=engine.split("=")[-1],
                                           particles=args.particles, do_sample=True,
                                           max_new_tokens=args.max_new_tokens,
                                           return_dict_in_generate=True)  # fmt: skip
@@ -88,6 +89,7 @@ def main() -> None:
                 "status": status, "valid": valid, "why": why[:200],
                 "seconds": round(seconds, 3),
                 "log_z": None if report is None else report.log_z,
+                "mean_ess": None if report is None else sum(report.ess) / len(report.ess),
                 "min_ess": None if report is None else report.min_ess,
                 "resamplings": None if report is None else report.resamplings,
                 "text": tok.decode(body)[:2000],
@@ -98,7 +100,7 @@ def main() -> None:
                 f" logZ={report.log_z:8.2f} minESS={report.min_ess:5.2f} "
                 f"resampled={report.resamplings}"
             )  # fmt: skip
-            print(f"{engine:12s} {row['name'][:24]:24s} {len(body):4d} tok {status:8s} "
+            print(f"{engine:24s} {row['name'][:24]:24s} {len(body):4d} tok {status:8s} "
                   f"valid={valid} {seconds:7.1f} s{extra}", flush=True)  # fmt: skip
     datasets.Dataset.from_list(records).to_json(
         f"{args.out}/results-{args.particles}-{args.max_new_tokens}.jsonl"
@@ -106,9 +108,15 @@ def main() -> None:
     print(table(records, args))
 
 
+def med(xs: list, fmt: str = "{:.2f}") -> str:
+    """The median of the values that are not ``None``, formatted ("—" if none)."""
+    xs = [x for x in xs if x is not None]
+    return fmt.format(statistics.median(xs)) if xs else "—"
+
+
 def table(records: list[dict], args: argparse.Namespace) -> str:
     engines = list(dict.fromkeys(r["engine"] for r in records))
-    heading = (f"## Particles on open real-world schemas ({args.particles} particles, phi="
+    heading = (f"## Particles on open real-world schemas ({args.particles} particles, twists "
                f"{args.phi}, {args.max_new_tokens} new tokens)")  # fmt: skip
     lines = [
         heading,
@@ -116,37 +124,40 @@ def table(records: list[dict], args: argparse.Namespace) -> str:
         f"{provenance('jsonschema')} Embedded SmolLM2-135M-Instruct, "
         f"{len({r['name'] for r in records})} development schemas not known to be finite, one "
         "seeded draw per schema and engine (interleaved, the same seed), the schema in the "
-        "prompt. *masked*: `hf_fvo.generate(phi=…, do_sample=True, top_k=0)`; *particles*: "
-        "`hf_fvo.generate(particles=N, do_sample=True)`, one output drawn from the final "
-        "weighted set. Validity: `jsonschema` with its format checker against the original "
-        "schema. *s/position*: wall seconds over generated positions (for particles, the steps "
-        "until the longest particle ended).",
+        "prompt. *masked*: `hf_fvo.generate(do_sample=True, top_k=0)` (phi=uniform); "
+        "*particles*: `hf_fvo.generate(particles=N, phi=twist, do_sample=True)`, one output "
+        "drawn from the final weighted set. Validity: `jsonschema` with its format checker "
+        "against the original schema. *s/position*: wall seconds over generated positions "
+        "(for particles, the steps until the longest particle ended); *ESS*: the mean over "
+        "steps of the effective sample size before resampling, per particle run (median over "
+        "runs); *× masked*: s/position over the masked draw's on the same schema (median).",
         "",
         "| engine | outputs | complete | **cut off** | refused | complete and valid "
-        "| median s/position |",
-        "|---|---|---|---|---|---|---|",
+        "| median s/position | × masked | ESS (of N) | min ESS | resamplings |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    base = {r["name"]: r["seconds"] / max(r["steps"], 1) for r in records
+            if r["engine"] == "masked" and r["status"] != "refused"}  # fmt: skip
     for engine in engines:
         rs = [r for r in records if r["engine"] == engine]
         count = {k: sum(r["status"] == k for r in rs) for k in ("complete", "cut", "refused")}
         good = sum(bool(r["valid"]) for r in rs if r["status"] == "complete")
-        per = [r["seconds"] / max(r["steps"], 1) for r in rs if r["status"] != "refused"]
-        med = f"{statistics.median(per):.3f}" if per else "—"
-        lines.append(f"| {engine} | {len(rs)} | {count['complete']} | **{count['cut']}** | "
-                     f"{count['refused']} | {good}/{count['complete']} | {med} |")  # fmt: skip
-    pairs = {}
-    for r in records:
-        if r["status"] != "refused":
-            pairs.setdefault(r["name"], {})[r["engine"]] = r["seconds"] / max(r["steps"], 1)
-    ratios = [p[engines[1]] / p[engines[0]] for p in pairs.values() if len(p) == 2]
+        live = [r for r in rs if r["status"] != "refused"]
+        per = [r["seconds"] / max(r["steps"], 1) for r in live]
+        ratio = [r["seconds"] / max(r["steps"], 1) / base[r["name"]] for r in live
+                 if r["name"] in base]  # fmt: skip
+
+        lines.append(
+            f"| {engine} | {len(rs)} | {count['complete']} | **{count['cut']}** | "
+            f"{count['refused']} | {good}/{count['complete']} | {med(per, '{:.3f}')} | "
+            f"{med(ratio) if engine != 'masked' else '1'} | "
+            f"{med([r.get('mean_ess') for r in live])} | {med([r.get('min_ess') for r in live])} | "
+            f"{med([r.get('resamplings') for r in live], '{:.0f}')} |"
+        )
     z = [r["log_z"] for r in records if r["log_z"] is not None]
-    ess = [r["min_ess"] for r in records if r["min_ess"] is not None]
-    if ratios:
-        lines += ["", f"Cost per position, particles ÷ masked, per schema: median "
-                  f"{statistics.median(ratios):.2f}×, max {max(ratios):.2f}× "
-                  f"({len(ratios)} schemas). log Ẑ: median {statistics.median(z):.1f} "
-                  f"(min {min(z):.1f}); smallest ESS over the steps: median "
-                  f"{statistics.median(ess):.2f} of {args.particles}."]  # fmt: skip
+    if z:
+        lines += ["", f"log Ẑ over the particle runs: median {statistics.median(z):.1f}, "
+                  f"min {min(z):.1f}, max {max(z):.1f}."]  # fmt: skip
     text = "\n".join(lines)
     if args.write:
         from harness import write_section

@@ -17,7 +17,7 @@ All N particles of a prompt advance in one batched forward per step.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,19 +202,8 @@ def sample_particles(
         for i in range(n):
             if done[i]:
                 continue
-            state, remaining = rows.state(generated[i]), rows.remaining(len(generated[i]))
-            if estimator.is_masking:  # Φ̂ ≡ 1 on A_t: only A_t's ids are needed
-                key = (id(state), remaining)
-                if key not in support:
-                    support[key] = grammar.admissible(state, remaining).nonzero()[:, 0]
-                ids = support[key]
-                log_phi = torch.zeros(len(ids), dtype=torch.float64)
-            else:
-                ctx = PhiContext(state, generated[i], logits[i], remaining, prompt)
-                full = estimator.log_phi(ctx)
-                ids = torch.isfinite(full).nonzero()[:, 0]
-                log_phi = full[ids]
-            twisted = logits[i, ids].double() - lse[i] + log_phi  # log p_t + log Φ̂_t on A_t
+            ids, log_phi, twisted = _proposal(estimator, rows, generated[i], logits[i], lse[i],
+                                              prompt, support)  # fmt: skip
             z = torch.logsumexp(twisted, 0).item() if len(ids) else -math.inf
             if z == -math.inf:
                 log_w[i] = -math.inf  # nothing admissible has positive probability: dies
@@ -262,6 +251,32 @@ def sample_particles(
     return ParticleSet(sequences, norm, report)
 
 
+def _proposal(
+    estimator: PhiEstimator,
+    rows: RowTracker,
+    generated: tuple[int, ...],
+    logits: torch.Tensor,
+    lse: torch.Tensor,
+    prompt: tuple[int, ...],
+    support: dict[tuple[int, int | None], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One particle's proposal on A_t (within its remaining budget): the candidate ids, their
+    log Φ̂_t, and log p_t + log Φ̂_t (p_t = softmax of ``logits``, whose log-normaliser is
+    ``lse``). Masking estimators need only A_t, kept in ``support`` per state for the step."""
+    state, remaining = rows.state(generated), rows.remaining(len(generated))
+    if estimator.is_masking:  # Φ̂ ≡ 1 on A_t
+        key = (id(state), remaining)
+        if key not in support:
+            support[key] = rows.grammar.admissible(state, remaining).nonzero()[:, 0]
+        ids = support[key]
+        log_phi = torch.zeros(len(ids), dtype=torch.float64)
+    else:
+        full = estimator.log_phi(PhiContext(state, generated, logits, remaining, prompt))
+        ids = torch.isfinite(full).nonzero()[:, 0]
+        log_phi = full[ids]
+    return ids, log_phi, logits[ids].double() - lse + log_phi
+
+
 def _forward(model: Any, cache: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     """The next-token logits of new tokens, through ``cache`` (Transformers ≥ 5.24 names the
     argument ``cache``; earlier versions and Markov LMs ``past_key_values``)."""
@@ -274,15 +289,3 @@ def _forward(model: Any, cache: Any) -> Callable[[torch.Tensor], torch.Tensor]:
             return model(ids, use_cache=True, **{name: cache}).logits[:, -1]
 
     return forward
-
-
-def draw_outputs(
-    sets: Sequence[ParticleSet], copies: int
-) -> tuple[list[torch.Tensor], list[ParticleReport]]:
-    """``copies`` sequences from each prompt's particle set, drawn by weight."""
-    outputs, reports = [], []
-    for s in sets:
-        for j in s.draw(copies).tolist():
-            outputs.append(s.sequences[j])
-            reports.append(s.report)
-    return outputs, reports
