@@ -130,7 +130,8 @@ def table(records: list[dict], args: argparse.Namespace) -> str:
         "against the original schema. *s/position*: wall seconds over generated positions "
         "(for particles, the steps until the longest particle ended); *ESS*: the mean over "
         "steps of the effective sample size before resampling, per particle run (median over "
-        "runs); *× masked*: s/position over the masked draw's on the same schema (median).",
+        "runs); *× masked*: s/position over the masked draw's on the same schema (median, and "
+        "the largest).",
         "",
         "| engine | outputs | complete | **cut off** | refused | complete and valid "
         "| median s/position | × masked | ESS (of N) | min ESS | resamplings |",
@@ -150,7 +151,7 @@ def table(records: list[dict], args: argparse.Namespace) -> str:
         lines.append(
             f"| {engine} | {len(rs)} | {count['complete']} | **{count['cut']}** | "
             f"{count['refused']} | {good}/{count['complete']} | {med(per, '{:.3f}')} | "
-            f"{med(ratio) if engine != 'masked' else '1'} | "
+            f"{f'{med(ratio)} (max {max(ratio):.2f})' if ratio and engine != 'masked' else '1'} | "
             f"{med([r.get('mean_ess') for r in live])} | {med([r.get('min_ess') for r in live])} | "
             f"{med([r.get('resamplings') for r in live], '{:.0f}')} |"
         )
