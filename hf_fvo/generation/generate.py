@@ -274,6 +274,9 @@ class _Call:
         upstream = _upstream_of(processor, logits_processor)
         _check_feasible(processor.grammar, self.states, rows.max_new_tokens, generation_config,
                         self.input_width)  # fmt: skip
+        if self.particles is not None:
+            return self.particle_decode(model, input_ids, logits_processor, generation_config,
+                                        model_kwargs)  # fmt: skip
         asked = {k for k in _PER_STEP_OUTPUTS if getattr(generation_config, k, None)}
         mode = decoding_mode(replace(
             self.request,
@@ -282,9 +285,6 @@ class _Call:
             beams=generation_config.num_beams or 1,
             why_not_assisted=why_not_assisted(model, generation_config, model_kwargs),
         ))  # fmt: skip
-        if self.particles is not None:
-            return self.particle_decode(model, input_ids, logits_processor, generation_config,
-                                        model_kwargs)  # fmt: skip
         streamer = {"streamer": self.streamer} if self.streamer is not None else {}
         try:
             if mode == "plain":
@@ -335,10 +335,16 @@ class _Call:
         pads = [0] * input_ids.shape[0] if mask is None else left_padding(mask)
         others = [p for p in logits_processor if p is not self.processor]
 
-        def scores(ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-            for p in others:
-                logits = p(ids, logits)
-            return logits
+        def processed(padding: torch.Tensor) -> Any:
+            # the other processors see each row with its left padding, as Transformers built
+            # them for (min_new_tokens counts from the padded width)
+            def scores(ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+                ids = torch.cat([padding.expand(len(ids), -1), ids], dim=1)
+                for p in others:
+                    logits = p(ids, logits)
+                return logits
+
+            return scores
 
         budget = config.max_length - input_ids.shape[1]
         outputs, self.reports = [], []
@@ -347,18 +353,15 @@ class _Call:
             found = sample_particles(
                 model, input_ids[r : r + 1, skip:], grammar=self.processor.grammar,
                 particles=self.particles, max_new_tokens=budget, phi=self.processor.estimator,
-                scores=scores, prompt_length=rows.prompt_length - skip,
+                scores=processed(input_ids[r : r + 1, :skip]),
+                prompt_length=rows.prompt_length - skip,
             )  # fmt: skip
             for j in found.draw(copies).tolist():
                 outputs.append(torch.cat([input_ids[r, :skip], found.sequences[j]]))
                 self.reports.append(found.report)
         pad = config.pad_token_id
         pad = self.processor.grammar.eos_token_id if pad is None else pad
-        width = max(len(o) for o in outputs)
-        sequences = torch.full((len(outputs), width), int(pad), dtype=input_ids.dtype,
-                               device=input_ids.device)  # fmt: skip
-        for i, o in enumerate(outputs):
-            sequences[i, : len(o)] = o
+        sequences = _right_padded(outputs, pad, input_ids)
         if config.return_dict_in_generate:
             return GenerateDecoderOnlyOutput(sequences=sequences)
         return sequences
@@ -474,15 +477,21 @@ def _row_by_row(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:
                 certificates += out["certificates"]
                 for name in ("proposed", "drafted", "accepted", "emitted", "free"):
                     getattr(stats, name).extend(getattr(out["speculation"], name))
-    width = max(len(row) for row in rows)
-    sequences = torch.full((len(rows), width), int(pad), dtype=input_ids.dtype)
-    for i, row in enumerate(rows):
-        sequences[i, : len(row)] = row
+    sequences = _right_padded(rows, pad, input_ids)
     if not as_dict:
         return sequences
     out = GenerateDecoderOnlyOutput(sequences=sequences)
     out["certificates"] = certificates
     out["speculation"] = stats
+    return out
+
+
+def _right_padded(rows: list[torch.Tensor], pad: int, like: torch.Tensor) -> torch.Tensor:
+    """``rows`` stacked, right-padded with ``pad`` (``like``'s dtype and device)."""
+    width = max(len(row) for row in rows)
+    out = torch.full((len(rows), width), int(pad), dtype=like.dtype, device=like.device)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
     return out
 
 
