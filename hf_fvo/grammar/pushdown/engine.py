@@ -43,6 +43,7 @@ _OPTIONS = '%llguidance {"no_forcing": true}\n'
 # bytes of token text one LLTokenizer may hold: llguidance's token trie panics a little past
 # 4.5 million (measured with SmolLM2's vocabulary and suffixes of 78 and 85 bytes)
 _PROBE_TRIE = 4_000_000
+_PROBE_SUFFIXES = 8  # probe vocabularies kept (one per suffix; 8 particles rarely need more)
 
 
 def limits() -> Any:
@@ -87,7 +88,7 @@ class PushdownTokenizer:
                 if e < n:
                     self.ok_words[s, e >> 5] &= ~np.uint32(1 << (e & 31))
         self.completer = Completer(vocab, self.utf8_next, self.ok_words)
-        self._probes: LRU[bytes, Any] = LRU(2)
+        self._probes: LRU[bytes, Any] = LRU(_PROBE_SUFFIXES)
 
     def probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:
         """Parts of a probe vocabulary: per part an ``LLTokenizer`` over the vocabulary plus one
@@ -97,7 +98,8 @@ class PushdownTokenizer:
         (:func:`probe_definition`), one mask per part says for every token y of it whether y
         then ``suffix`` completes a member. llguidance's token trie holds a few million bytes,
         so the tokens are split into as many parts as the suffix's length needs (one up to
-        ~70 bytes); built in ~0.35 s and ~90 MB a part, kept for the last 2 suffixes."""
+        ~70 bytes); built in ~0.2 s and 20–60 MB a part, kept for the last ``_PROBE_SUFFIXES``
+        suffixes (particles in different states probe with different suffixes each step)."""
         return self._probes.get_or_build(suffix, lambda: self._probe(suffix))
 
     def _probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:
