@@ -8,6 +8,7 @@ module and their siblings by name).
 
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import sys
@@ -19,7 +20,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"
-REALWORLD = ROOT.parent / "shared" / "realworld"
+# the development sets; HF_FVO_REALWORLD points elsewhere (a copy on a device machine)
+REALWORLD = Path(os.environ.get("HF_FVO_REALWORLD", ROOT.parent / "shared" / "realworld"))
 DEV = REALWORLD / "jsonschemabench-dev.jsonl"  # the development set (JSONSchemaBench sample)
 MASKBENCH = REALWORLD / "maskbench-dev.jsonl"
 
