@@ -52,7 +52,7 @@ def main() -> None:
     progress.write_text("")
     if args.device != "cpu":  # the first CUDA call pays for kernels and handles: not timed
         hf_fvo.generate(model, prompt_ids(tok, chosen[0][0]["schema"]).to(args.device),
-                        grammar=chosen[0][1], do_sample=True, top_k=0, max_new_tokens=4)  # fmt: skip
+                        grammar=chosen[0][1], do_sample=True, top_k=0, max_new_tokens=32)  # fmt: skip
     records = []
     for k, (row, grammar) in enumerate(chosen):
         ids = prompt_ids(tok, row["schema"]).to(args.device)
