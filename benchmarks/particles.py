@@ -51,8 +51,9 @@ def main() -> None:
     progress = Path(args.out) / f"progress-{args.particles}-{args.max_new_tokens}.jsonl"
     progress.write_text("")
     if args.device != "cpu":  # the first CUDA call pays for kernels and handles: not timed
-        hf_fvo.generate(model, prompt_ids(tok, chosen[0][0]["schema"]).to(args.device),
-                        grammar=chosen[0][1], do_sample=True, top_k=0, max_new_tokens=32)  # fmt: skip
+        first = prompt_ids(tok, chosen[0][0]["schema"]).to(args.device)
+        hf_fvo.generate(model, first, grammar=chosen[0][1], do_sample=True, top_k=0,
+                        max_new_tokens=32)  # fmt: skip
     records = []
     for k, (row, grammar) in enumerate(chosen):
         ids = prompt_ids(tok, row["schema"]).to(args.device)

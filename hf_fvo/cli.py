@@ -140,6 +140,7 @@ def audit(args: argparse.Namespace) -> int:
     report = run_audit(
         model, tokenizer, grammar, prompt, max_new_tokens=args.max_new_tokens, tol=args.tol,
         max_nodes=args.max_nodes, samples=args.samples, phi=args.phi, seed=args.seed,
+        particles=args.particles,
     )  # fmt: skip
     print(report.summary())
     if report.exact:
@@ -191,6 +192,7 @@ def bench(args: argparse.Namespace) -> int:
     for row in tqdm(rows, desc=f"hf-fvo bench {args.suite}", unit="row"):
         results.append(run_row(row, model, tokenizer, phi=args.phi, draft=draft,
                                samples=args.samples, tol=args.tol, proj_tol=args.proj_tol,
+                               particles=args.particles,
                                sampled_phi=args.sampled_phi,
                                max_nodes=args.max_nodes, seed=args.seed))  # fmt: skip
     import datasets
@@ -361,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-nodes", type=_count(1), default=20_000, help="forwards before sampling")
     p.add_argument("--samples", type=_count(0), default=50, help="FVO draws, or draws per sampler")
     p.add_argument("--phi", type=_phi, default="onestep", help="estimator of the sampled audit")
+    p.add_argument("--particles", type=_count(0), default=0,
+                   help="add one particle run of this size: log Ẑ (how likely a valid output "
+                   "is unaided) and ESS")  # fmt: skip
     p.add_argument("--png", default="hf_fvo_audit.png", help="where to write the figure")
     p.add_argument("--seed", type=_count(0), default=0)
     p.set_defaults(func=audit)
@@ -377,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tol", type=_fraction, default=1e-6, help="unexplored mass of μ* and exact Φ")
     p.add_argument("--proj-tol", type=_fraction, default=1e-3, help="unexplored mass of μ_proj")
     p.add_argument("--max-nodes", type=_count(1), default=50_000, help="forwards per exact law")
+    p.add_argument("--particles", type=_count(0), default=0,
+                   help="add sequential Monte Carlo with this many particles: one output per "
+                   "run, --samples runs (TV to μ* where exact, log Ẑ, ESS, seconds)")  # fmt: skip
     p.add_argument("--rows", nargs="*", help="only rows whose name contains one of these")
     p.add_argument("--out", default="hf_fvo_bench", help="output folder")
     p.add_argument("--seed", type=_count(0), default=0)

@@ -20,6 +20,7 @@ import torch
 from hf_fvo.errors import GrammarTooLargeError, InvalidArgumentError
 from hf_fvo.eval.laws import TerminalLaw, sampling_law
 from hf_fvo.generation import generate
+from hf_fvo.generation.particles import ParticleReport, sample_particles
 from hf_fvo.grammar import Grammar
 from hf_fvo.phi import ExactPhi, PrefixLM
 
@@ -56,6 +57,7 @@ class AuditReport:
     null_p95: float | None = None  # sampled only: permutation null of the TV
     phi: str = "exact"
     log_gamma: list[float] = field(default_factory=list)  # sampled only: per-step log Γ̂_t
+    particles: ParticleReport | None = None  # one particle run's log Ẑ and ESS, when asked
 
     def over_produced(self, n: int = 3) -> list[Branch]:
         """Texts masking samples most in excess of μ* (largest μ_proj − μ*)."""
@@ -76,14 +78,25 @@ class AuditReport:
                 "masking over-produces: " + _listing(over),
                 "masking under-produces: " + _listing(under),
             ]
-            return "\n".join(lines)
+            return "\n".join(lines + self._particle_lines())
         gamma = np.array(self.log_gamma) if self.log_gamma else np.zeros(1)
         return "\n".join([
             f"{self.grammar}: sampled audit ({self.samples} masked vs {self.samples} Φ̂={self.phi} "
             f"draws): TV = {self.tv:.4f} (permutation null p95 {self.null_p95:.4f})",
             f"per-step survival spread along the Φ̂ draws: mean log Γ̂ = {gamma.mean():.3f}, max "
             f"{gamma.max():.3f} (one-step KL(μ*‖μ_proj) ≤ log Γ, seed 001 Prop. 4)",
+            *self._particle_lines(),
         ])  # fmt: skip
+
+    def _particle_lines(self) -> list[str]:
+        r = self.particles
+        if r is None:
+            return []
+        return [
+            f"particles (N={r.particles}, the masked proposal): log Ẑ = {r.log_z:.3f}, so "
+            f"Pr[a valid output within the budget] ≈ {math.exp(r.log_z):.3g}; smallest ESS "
+            f"{r.min_ess:.1f} of {r.particles}, {r.resamplings} resampling(s)"
+        ]
 
 
 def audit(
@@ -98,12 +111,16 @@ def audit(
     samples: int = 200,
     phi: str = "onestep",
     seed: int = 0,
+    particles: int = 0,
 ) -> AuditReport:
     """Audit local masking on ``grammar`` after ``prompt``: exactly when the language is finite
     and its trie explores within ``max_nodes`` forwards at ``tol``, else by sampling ``samples``
     masked and ``samples`` Φ̂-reweighted generations.
 
     With the exact laws, ``samples`` FVO draws (exact Φ) add each text's sampled frequency.
+    ``particles`` > 0 adds one run of that many particles (masked proposal): its log Ẑ
+    estimates how likely the model is to write a valid output within the budget unaided, and
+    its ESS how far masking's proposal is from μ*.
 
     Example:
         >>> from hf_fvo import Grammar
@@ -122,6 +139,18 @@ def audit(
     )
     ids = torch.tensor([prompt])
     torch.manual_seed(seed)
+    report = _audit(model, grammar, prompt, ids, text, max_new_tokens, tol, max_nodes, samples,
+                    phi, seed)  # fmt: skip
+    if particles:
+        torch.manual_seed(seed)
+        found = sample_particles(model, ids, grammar=grammar, particles=particles,
+                                 max_new_tokens=max_new_tokens)  # fmt: skip
+        report.particles = found.report
+    return report
+
+
+def _audit(model, grammar, prompt, ids, text, max_new_tokens, tol, max_nodes, samples, phi,
+           seed) -> AuditReport:  # fmt: skip
     if grammar.is_finite:
         lm = PrefixLM(model, batch_size=32, cache_rows=20_000)
         exact = ExactPhi(grammar, lm, tol=tol, max_nodes=max_nodes)

@@ -24,7 +24,9 @@ from hf_fvo.eval.audit import _two_sample_tv
 from hf_fvo.eval.laws import TerminalLaw, sampling_law, sampling_law_on
 from hf_fvo.eval.product import product_tv
 from hf_fvo.eval.reference import importance_sample
+from hf_fvo.eval.stats import empirical_tv, null_tv_percentiles
 from hf_fvo.generation import generate
+from hf_fvo.generation.particles import sample_particles
 from hf_fvo.grammar import Grammar
 from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models.chat import chat_prompt
@@ -128,9 +130,11 @@ def run_row(
     sampled_phi: str = "onestep",
     max_nodes: int = 50_000,
     seed: int = 0,
+    particles: int = 0,
 ) -> dict:
     """Measure one suite row: exact TV(μ_proj, μ*) and TV(μ_Φ̂, μ*) where an oracle applies, a
     sampled comparison otherwise, and with a ``draft`` FVO-Spec acceptance and tokens/s.
+    ``particles`` > 0 adds sequential Monte Carlo (:func:`_particle_row`).
 
     Trie oracles explore μ* (and exact Φ) until the unexplored mass is at most ``tol``, and
     μ_proj until ``proj_tol``: masking spreads its mass over character-split tokenizations, a
@@ -148,6 +152,7 @@ def run_row(
     out: dict[str, Any] = {"name": row["name"], "family": row["family"],
                            "oracle": row["oracle"], "phi": phi}  # fmt: skip
     t0 = time.perf_counter()
+    star = None  # μ* over token sequences, where a trie oracle computed it
     if row["oracle"] == "markov":
         out["tv_proj_star"] = product_tv(g, model, prompt, "uniform", "exact",
                                          max_new_tokens=budget).tv  # fmt: skip
@@ -213,7 +218,43 @@ def run_row(
             tokens += res.sequences.shape[1] - len(prompt)
         out.update(acceptance=accepted / max(proposed, 1),
                    tokens_per_s=tokens / (time.perf_counter() - t1))  # fmt: skip
+    if particles and samples:
+        out.update(_particle_row(model, g, prompt, budget, particles, samples, seed,
+                                 star if out["exact"] else None))  # fmt: skip
     out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _particle_row(
+    model: Any,
+    g: Grammar,
+    prompt: tuple[int, ...],
+    budget: int,
+    particles: int,
+    samples: int,
+    seed: int,
+    star: TerminalLaw | None,
+) -> dict:
+    """``samples`` independent runs of ``particles`` particles (the masked proposal), one output
+    drawn from each: seconds per output, the median log Ẑ and smallest ESS of the runs, and
+    where μ* is exact the TV of the outputs' law to it beside the 95th percentile of that TV
+    for as many draws from μ* itself."""
+    torch.manual_seed(seed)
+    ids, eos = torch.tensor([prompt]), g.eos_token_id
+    draws, log_z, ess = [], [], []
+    t0 = time.perf_counter()
+    for _ in range(samples):
+        found = sample_particles(model, ids, grammar=g, particles=particles,
+                                 max_new_tokens=budget)  # fmt: skip
+        row = found.sequences[int(found.draw(1)), len(prompt) :].tolist()
+        draws.append(tuple(row[: row.index(eos) + 1]))
+        log_z.append(found.report.log_z)
+        ess.append(found.report.min_ess)
+    out = {"particles": particles, "smc_seconds": (time.perf_counter() - t0) / samples,
+           "smc_log_z": float(np.median(log_z)), "smc_min_ess": float(np.median(ess))}  # fmt: skip
+    if star is not None:
+        out["tv_smc_star"] = empirical_tv(draws, star)
+        out["tv_smc_null_p95"] = null_tv_percentiles(star, samples, q=(0.95,), seed=seed)[0]
     return out
 
 
@@ -273,6 +314,9 @@ def markdown(results: list[dict]) -> str:
             ("length_phi", "Φ̂ length"), ("capped_masked", "masked capped"),
             ("capped_phi", "Φ̂ capped"), ("first_tv_masked", "first-token TV masked–μ*"),
             ("first_tv_phi", "… Φ̂–μ*"), ("first_tv_null_p95", "… null p95"),
+            ("particles", "particles N"), ("tv_smc_star", "TV(SMC, μ*)"),
+            ("tv_smc_null_p95", "… null p95"), ("smc_log_z", "log Ẑ (median)"),
+            ("smc_min_ess", "min ESS (median)"), ("smc_seconds", "s per SMC output"),
             ("acceptance", "acceptance"),
             ("tokens_per_s", "tokens/s"), ("seconds", "seconds")]  # fmt: skip
     lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * len(cols)]

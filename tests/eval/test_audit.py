@@ -32,12 +32,18 @@ def test_exact_audit_matches_the_string_laws(sp_tokenizer, model, tmp_path):
 
 
 def test_sampled_audit_for_an_infinite_language(sp_tokenizer, model, tmp_path):
+    """The sampled audit, with the particle row: log Ẑ of one 16-particle run (a probability:
+    ≤ 0) and its ESS, in the report and the summary."""
     g = Grammar.from_regex("[ab]+c", sp_tokenizer)
-    report = audit(model, sp_tokenizer, g, (1, 5, 9), samples=30, max_new_tokens=6)
+    report = audit(model, sp_tokenizer, g, (1, 5, 9), samples=30, max_new_tokens=6, particles=16)
     assert not report.exact and report.samples == 30
     assert 0.0 <= report.tv <= 1.0 and 0.0 < report.null_p95 <= 1.0
     assert report.log_gamma and min(report.log_gamma) >= 0.0
     assert "log Γ" in report.summary()
+    found = report.particles
+    assert found.particles == 16 and -math.inf < found.log_z <= 0.0
+    assert 1.0 <= found.min_ess <= 16.0 and len(found.ess) <= 6
+    assert f"log Ẑ = {found.log_z:.3f}" in report.summary()
     assert plot_audit(report, tmp_path / "s.png").stat().st_size > 10_000
 
 

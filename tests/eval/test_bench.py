@@ -76,6 +76,27 @@ def test_trie_rows_give_exact_tvs_from_one_exploration(smol_tokenizer):
     assert onestep["tv_phi_star"] > 1e-6  # the check can fail: OneStep is not exact here
 
 
+def test_particle_rows_report_log_z_ess_and_a_tv_to_mu_star_within_its_null(smol_tokenizer):
+    """``particles=N``: 200 independent runs of 16 particles, one output each; their law lies
+    within the 99th percentile of the TV of 200 draws from μ* itself (the row's own p95 is
+    reported beside it), and log Ẑ (a probability) is at most 0."""
+    from hf_fvo.eval import grammar_conditional_law, null_tv_percentiles
+    from hf_fvo.models import tiny_random_llama
+
+    row = {"name": "pets", "family": "choices", "grammar": json.dumps(["cat", "dog", "bird"]),
+           "prompt": "Pet?", "model": "default", "oracle": "trie", "max_new_tokens": 8}  # fmt: skip
+    model = tiny_random_llama(len(smol_tokenizer), seed=1)
+    result = run_row(row, model, smol_tokenizer, phi="exact", tol=0.0, proj_tol=0.0,
+                     samples=200, particles=16)  # fmt: skip
+    g, prompt = suite_grammar(row, smol_tokenizer, len(smol_tokenizer))
+    star = grammar_conditional_law(g, model, prompt)
+    p95, p99 = null_tv_percentiles(star, 200, seed=0)
+    assert result["particles"] == 16 and result["tv_smc_null_p95"] == pytest.approx(p95, abs=0.02)
+    assert result["tv_smc_star"] <= p99
+    assert result["smc_log_z"] <= 0.0 and 1.0 <= result["smc_min_ess"] <= 16.0
+    assert "TV(SMC, μ*)" in markdown([result])
+
+
 def test_rows_without_an_oracle_sample_a_feasible_estimator_instead_of_exact(smol_tokenizer):
     from hf_fvo.models import tiny_random_llama
 
