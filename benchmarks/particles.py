@@ -25,6 +25,8 @@ import torch
 from harness import DEV, provenance
 from realworld_generation import pick_schemas, prompt_ids, validate
 
+WEIGHTS = Path(__file__).resolve().parents[1] / "hf_fvo" / "phi" / "weights"
+
 
 def main() -> None:
     import hf_fvo
@@ -67,7 +69,8 @@ def main() -> None:
                                           do_sample=True, top_k=0,
                                           max_new_tokens=args.max_new_tokens)  # fmt: skip
                 else:
-                    res = hf_fvo.generate(model, ids, grammar=grammar, phi=engine.split("=")[-1],
+                    res = hf_fvo.generate(model, ids, grammar=grammar,
+                                          phi=twist(engine.split("=")[-1]),
                                           particles=args.particles, do_sample=True,
                                           max_new_tokens=args.max_new_tokens,
                                           return_dict_in_generate=True)  # fmt: skip
@@ -111,6 +114,16 @@ def main() -> None:
     datasets.Dataset.from_list(records).to_json(
         f"{args.out}/results-{args.particles}-{args.max_new_tokens}.jsonl"
     )
+
+
+def twist(name: str):
+    """A twist for ``phi=``: an estimator name, or ``learned-open`` (the learned-Φ checkpoint
+    trained on open schemas; ``learned`` is the finite-schema one)."""
+    if name != "learned-open":
+        return name
+    from hf_fvo.phi import PhiModel
+
+    return PhiModel.from_pretrained(WEIGHTS / "smollm2-135m-instruct-open")
 
 
 def med(xs: list, fmt: str = "{:.2f}") -> str:
