@@ -198,7 +198,7 @@ def sample_particles(
         logits = logits.cpu()
         lse = torch.logsumexp(logits.double(), dim=-1)  # log p_t = logits − lse
         nxt = torch.full((n,), eos[0], dtype=torch.long)
-        support: dict[tuple[int, int | None], torch.Tensor] = {}  # masking: A_t per state
+        support: dict[tuple[int, int | None], torch.Tensor] = {}  # A_t per state, this step
         for i in range(n):
             if done[i]:
                 continue
@@ -262,18 +262,26 @@ def _proposal(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One particle's proposal on A_t (within its remaining budget): the candidate ids, their
     log Φ̂_t, and log p_t + log Φ̂_t (p_t = softmax of ``logits``, whose log-normaliser is
-    ``lse``). Masking estimators need only A_t, kept in ``support`` per state for the step."""
+    ``lse``). A_t is kept in ``support`` per state for the step.
+
+    The candidates are all of A_t whatever the twist says: a twist that vanishes on an
+    admissible token (a rollout estimate with no success) would keep the proposal off a part
+    of μ*'s support and bias the particle set, so such tokens take the smallest positive Φ̂ on
+    A_t (1 if there is none); every weight uses the values proposed with."""
     state, remaining = rows.state(generated), rows.remaining(len(generated))
+    key = (id(state), remaining)
+    if key not in support:
+        support[key] = rows.grammar.admissible(state, remaining).nonzero()[:, 0]
+    ids = support[key]
     if estimator.is_masking:  # Φ̂ ≡ 1 on A_t
-        key = (id(state), remaining)
-        if key not in support:
-            support[key] = rows.grammar.admissible(state, remaining).nonzero()[:, 0]
-        ids = support[key]
         log_phi = torch.zeros(len(ids), dtype=torch.float64)
     else:
         full = estimator.log_phi(PhiContext(state, generated, logits, remaining, prompt))
-        ids = torch.isfinite(full).nonzero()[:, 0]
-        log_phi = full[ids]
+        log_phi = full[ids].double()
+        dead = ~torch.isfinite(log_phi)
+        if bool(dead.any()):
+            alive = log_phi[~dead]
+            log_phi[dead] = alive.min() if len(alive) else 0.0
     return ids, log_phi, logits[ids].double() - lse + log_phi
 
 

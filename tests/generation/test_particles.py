@@ -21,6 +21,7 @@ from hf_fvo.eval import empirical_tv, grammar_conditional_law, null_tv_percentil
 from hf_fvo.generation.particles import effective_sample_size, sample_particles
 from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models import MarkovLM, tiny_random_llama
+from hf_fvo.phi import PhiEstimator, make_estimator
 from tests.generation.finite import MAX_NEW, PROMPT, finite_setting
 
 DRAWS = 1000
@@ -97,6 +98,36 @@ def test_exact_phi_keeps_every_weight_equal_and_the_ess_at_n(dyck):
     # with exact Φ the estimate has no variance: log Ẑ is log Z_B itself
     z = sum(math.exp(_log_likelihood(lm, (3,), x)) for x in star.probs)
     assert found.report.log_z == pytest.approx(math.log(z), abs=1e-9)
+
+
+class _Vanishing(PhiEstimator):
+    """Exact Φ, except that EOS gets Φ̂ = 0 wherever "(" is admissible too: a twist that
+    vanishes on admissible tokens, as a rollout estimate with no success does."""
+
+    name = "vanishing"
+
+    def __init__(self, grammar, model):
+        super().__init__(grammar, model)
+        self.inner = make_estimator("exact", grammar, model)
+
+    def log_phi(self, ctx):
+        out = self.inner.log_phi(ctx).clone()
+        if math.isfinite(out[0]) and math.isfinite(out[2]):
+            out[2] = -math.inf
+        return out
+
+
+def test_a_twist_that_vanishes_on_admissible_tokens_still_targets_mu_star(dyck):
+    """Sampling from the vanishing twist alone never ends where it could go on (far from μ*);
+    particles propose every admissible token (a vanished one at the smallest positive Φ̂) and
+    reweight, so 300 outputs of 16 particles each land within the null 99th percentile of μ*."""
+    g, lm, star, _ = dyck
+    twist = _Vanishing(g, lm)
+    _, p99 = null_tv_percentiles(star, 300, seed=7)
+    alone = sampling_law(g, lm, (3,), twist, max_new_tokens=BUDGET)
+    assert alone.tv(star) > 10 * p99
+    outputs, _ = _runs(lm, g, (3,), 16, BUDGET, seed=8, phi=twist, draws=300)
+    assert empirical_tv(outputs, star) <= p99
 
 
 def test_log_z_estimates_the_probability_of_a_valid_output_without_bias(dyck, dyck_runs):

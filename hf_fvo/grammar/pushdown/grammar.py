@@ -53,8 +53,8 @@ class PushdownState:
     """
 
     __slots__ = (
-        "_accepting", "_bits", "_heirs", "_heirs_all", "_mask", "_matcher", "_owner", "_path",
-        "_utf8", "_witness", "_words",
+        "_accepting", "_bits", "_heirs", "_heirs_all", "_kept", "_mask", "_matcher", "_owner",
+        "_path", "_utf8", "_witness", "_words",
     )  # fmt: skip
 
     def __init__(
@@ -76,6 +76,7 @@ class PushdownState:
         self._bits: np.ndarray | None = None  # the same, one 0/1 byte per id, on first use
         self._mask: torch.Tensor | None = None  # the same, unpacked (non-EOS ids < n)
         self._accepting: bool | None = None
+        self._kept: tuple[int, np.ndarray] | None = None  # the last budget check: (room, keep)
 
     def __repr__(self) -> str:
         return f"PushdownState(at 0x{id(self):x})"
@@ -245,7 +246,9 @@ class PushdownGrammar(Grammar):
         room = remaining - 2  # after y: its completion, then EOS
         if self._closing is not None and room >= self._closing:
             return mask  # every prefix completes within `closing` single-byte tokens
-        keep = self._within(state, room)
+        if state._kept is None or state._kept[0] != room:  # a caller may ask twice (a twist)
+            state._kept = (room, self._within(state, room))
+        keep = state._kept[1]
         mask[: self._n] = torch.from_numpy(keep.view(np.bool_))
         if self.is_accepting(state):
             mask[list(self._eos)] = True
