@@ -149,8 +149,20 @@ def audit(
     return report
 
 
-def _audit(model, grammar, prompt, ids, text, max_new_tokens, tol, max_nodes, samples, phi,
-           seed) -> AuditReport:  # fmt: skip
+def _audit(
+    model: Any,
+    grammar: Grammar,
+    prompt: tuple[int, ...],
+    ids: torch.Tensor,
+    text: Any,
+    max_new_tokens: int,
+    tol: float,
+    max_nodes: int,
+    samples: int,
+    phi: str,
+    seed: int,
+) -> AuditReport:
+    """The audit itself (exact or sampled); :func:`audit` adds the particle run."""
     if grammar.is_finite:
         lm = PrefixLM(model, batch_size=32, cache_rows=20_000)
         exact = ExactPhi(grammar, lm, tol=tol, max_nodes=max_nodes)
