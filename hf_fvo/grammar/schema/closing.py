@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 __all__ = ["closing_bound"]
 
 _ESCAPE = 6  # a string left inside "\\uXXX" needs at most 5 bytes plus its quote
-_SHORT_ESCAPE = re.compile(r"\\[^u]")  # two-byte escapes in json.dumps output: \n, \", \\…
 _NUMBER_SLACK = 4  # '-', '.', 'e', a sign: each needs one more digit
 _ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$comment", "$schema", "$id", "id",
@@ -43,7 +41,7 @@ def closing_bound(schema: Any) -> int | None:
         >>> from hf_fvo.grammar.schema.closing import closing_bound
         >>> closing_bound({"type": "object", "properties": {"ok": {"type": "boolean"}},
         ...                "required": ["ok"], "additionalProperties": False})
-        31
+        65
         >>> closing_bound({"type": "string", "pattern": "^a+$"}) is None
         True
     """
@@ -78,11 +76,10 @@ class _Bounds:
                 raise _Unbounded("false has no member")
             return 0
         self.check(s)
-        slack = _ESCAPE if closing else 0  # a prefix may stop inside an escape
         if "const" in s:
-            return _size(s["const"]) + slack
+            return len(_dump(s["const"]))
         if "enum" in s:
-            return max(_size(v) for v in s["enum"]) + slack  # some member is one of them
+            return max(len(_dump(v)) for v in s["enum"])  # some member is one of them
         branches = s.get("anyOf") or s.get("oneOf")
         if branches is not None:
             rest = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
@@ -137,11 +134,11 @@ class _Bounds:
         body = 2
         for name in required:
             value = props.get(name, extra)
-            body += _size(name) + 2 + self.shortest(value, seen)
+            body += len(_dump(name)) + 2 + self.shortest(value, seen)
         if not closing:
             return body
         values = [v for v in props.values() if v is not False]
-        keys = [_size(k) + _ESCAPE + 1 for k in props]  # inside a key: its rest, ":"
+        keys = [len(_dump(k)) + 1 for k in props]
         if extra is not False:
             values.append(extra)
             keys.append(_ESCAPE + 1)
@@ -164,7 +161,7 @@ class _Bounds:
             return 1
         if any(not math.isfinite(b) for b in bounds):
             raise _Unbounded("non-finite bound")
-        return max(_size(b) for b in bounds) + 2 * _NUMBER_SLACK
+        return max(len(_dump(b)) for b in bounds) + 2 * _NUMBER_SLACK
 
     # -- references -----------------------------------------------------------------------------
 
@@ -198,10 +195,9 @@ class _Bounds:
             raise _Unbounded(f"keywords {sorted(unknown)}")
 
 
-def _size(value: Any) -> int:
-    """Bytes that write ``value`` as compact JSON, at most, whichever spelling of a string the
-    grammar takes: ``json.dumps``' ASCII form counts a non-ASCII character as a ``\\uXXXX``
-    escape (6 or 12 bytes; its UTF-8 takes at most 4), and each two-byte escape (``\\n``,
-    ``\\"``…) is counted as the six bytes of its ``\\u00XX`` form."""
+def _dump(value: Any) -> str:
+    """A stand-in as long as any serialisation of ``value`` in bytes can be: compact JSON, and
+    six bytes per character where strings are involved (any character may be written as a
+    ``\\uXXXX`` escape)."""
     text = json.dumps(value, separators=(",", ":"))
-    return len(text) + 4 * len(_SHORT_ESCAPE.findall(text))
+    return text * 6 if isinstance(value, (str, list, dict)) else text
