@@ -90,6 +90,8 @@ def demo(args: argparse.Namespace) -> int:
         print(f"{'grammar-masked' if c.constrained else 'unconstrained '}: {c.text!r}")
         print(f"  {c.tokens} tokens in {c.seconds:.2f}s; valid JSON: {c.is_json}; "
               f"member of the schema language: {c.member}")  # fmt: skip
+    if args.particles:
+        _open_demo(model, tokenizer, args)
     if args.samples == 0:
         return 0
     print(f"\nFVO-Spec on a finite schema: {json.dumps(SPEC_SCHEMA)}")
@@ -105,6 +107,26 @@ def demo(args: argparse.Namespace) -> int:
           f"bf16 draft model, {spec.proposals - spec.from_draft} from the grammar and exact Φ's "
           f"table; acceptance {rate:.2f}, {spec.tokens_per_second:.1f} tokens/s")  # fmt: skip
     return 0
+
+
+def _open_demo(model: Any, tokenizer: Any, args: argparse.Namespace) -> None:
+    """Masking against particles on an open schema (see :func:`hf_fvo.eval.demo.open_particles`)."""
+    from hf_fvo.eval.demo import OPEN_PROMPT, OPEN_SCHEMA, open_particles
+
+    print(f"\nParticles on an open schema: {json.dumps(OPEN_SCHEMA)}")
+    print(f"prompt: {OPEN_PROMPT!r}")
+    run = open_particles(model, tokenizer, args.draws, args.particles, seed=args.seed)
+    print(f"{args.draws} outputs each at temperature {run.temperature}; p(end) is the model's "
+          "probability of closing the title where it closed")  # fmt: skip
+    width = max(len(repr(d.title)) for d in run.masked)
+    print(f"{'masking (μ_proj)':<{width}}   p(end)   {run.count} particles (≈ μ*)   p(end)")
+    for m, p in zip(run.masked, run.particles, strict=True):
+        print(f"{m.title!r:<{width}}  {100 * m.end_probability:6.2f}%   "
+              f"{p.title!r:<{max(width, 18)}}  {100 * p.end_probability:6.2f}%")  # fmt: skip
+    print(f"titles cut where the model gave ending them < 1%: masking {run.cut(run.masked)}/"
+          f"{args.draws}, particles {run.cut(run.particles)}/{args.draws}; log Ẑ (log Pr[a "
+          f"valid output]) {run.log_z:.1f}; {run.masked_seconds:.1f}s masked, "
+          f"{run.particle_seconds:.1f}s particles")  # fmt: skip
 
 
 def audit(args: argparse.Namespace) -> int:
@@ -348,6 +370,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=_count(0),
         default=20,
         help="FVO-Spec samples on the finite schema (0: skip)",
+    )
+    p.add_argument(
+        "--particles",
+        type=_count(0),
+        default=16,
+        help="particles per output on the open schema (0: skip that part)",
+    )
+    p.add_argument(
+        "--draws",
+        type=_count(1),
+        default=8,
+        help="outputs of masking and of particles on the open schema",
     )
     p.set_defaults(func=demo)
 

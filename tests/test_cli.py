@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import json
+import math
+import re
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_demo_generates_a_member_of_the_schema_language(capsys):
-    assert main(["demo", "--max-new-tokens", "48", "--samples", "0"]) == 0
+    assert main(["demo", "--max-new-tokens", "48", "--samples", "0", "--particles", "0"]) == 0
     out = capsys.readouterr().out
     masked = next(line for line in out.splitlines() if line.startswith("grammar-masked"))
     text = masked.split(": ", 1)[1]
@@ -23,7 +25,7 @@ def test_demo_generates_a_member_of_the_schema_language(capsys):
 
 
 def test_demo_shows_each_branch_under_both_laws_and_fvo_spec_samples(capsys):
-    assert main(["demo", "--max-new-tokens", "8", "--samples", "4"]) == 0
+    assert main(["demo", "--max-new-tokens", "8", "--samples", "4", "--particles", "0"]) == 0
     out = capsys.readouterr().out
     rows = [line.rsplit(maxsplit=3) for line in out.splitlines() if line.startswith('{"status"')]
     assert sorted(json.loads(r[0])["status"] for r in rows) == ["error", "ok", "pending"]
@@ -37,6 +39,28 @@ def test_demo_shows_each_branch_under_both_laws_and_fvo_spec_samples(capsys):
     )
     # a share of the draft's and the grammar's candidates (free ones counted on both sides)
     assert 0.0 <= float(out.split("acceptance ")[1].split(",")[0]) <= 1.0
+
+
+def test_demo_draws_valid_titles_on_the_open_schema_with_masking_and_particles(capsys):
+    from hf_fvo.eval.demo import OPEN_SCHEMA
+
+    argv = ["demo", "--max-new-tokens", "8", "--samples", "0", "--particles", "4", "--draws", "2"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("masking (μ_proj)"))
+    rows = [re.fullmatch(r"('.*'|\".*\")\s+([\d.]+)%\s+('.*'|\".*\")\s+([\d.]+)%", line)
+            for line in lines[head + 1 : head + 3]]  # fmt: skip
+    assert all(rows)
+    limit = OPEN_SCHEMA["properties"]["title"]["maxLength"]
+    for row in rows:
+        for title, percent in ((row[1], row[2]), (row[3], row[4])):
+            assert len(ast.literal_eval(title)) <= limit  # every output is a member
+            assert 0.0 <= float(percent) <= 100.0
+    summary = lines[head + 3]
+    masked_cut = sum(float(r[2]) < 1.0 for r in rows)  # the count agrees with the table
+    particles_cut = sum(float(r[4]) < 1.0 for r in rows)
+    assert f"masking {masked_cut}/2, particles {particles_cut}/2" in summary
+    assert math.isfinite(float(summary.split("log Ẑ (log Pr[a valid output]) ")[1].split(";")[0]))
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,21 @@ from hf_fvo.grammar import Grammar
 from hf_fvo.models.chat import chat_prompt
 from hf_fvo.phi import ExactPhi, PrefixLM
 
-__all__ = ["DEMO_PROMPT", "DEMO_SCHEMA", "SPEC_PROMPT", "SPEC_SCHEMA", "Completion", "SpecDemo",
-           "fvo_spec", "masked_json"]  # fmt: skip
+__all__ = [
+    "DEMO_PROMPT",
+    "DEMO_SCHEMA",
+    "OPEN_PROMPT",
+    "OPEN_SCHEMA",
+    "SPEC_PROMPT",
+    "SPEC_SCHEMA",
+    "Completion",
+    "OpenDemo",
+    "OpenDraw",
+    "SpecDemo",
+    "fvo_spec",
+    "masked_json",
+    "open_particles",
+]  # fmt: skip
 
 DEMO_SCHEMA = {
     "type": "object",
@@ -40,6 +53,16 @@ SPEC_SCHEMA = {
     "required": ["status"],
 }
 SPEC_PROMPT = "Reply with a JSON object with status in ['ok', 'error', 'pending']."
+# An open schema (a free string, too many members for exact Φ) where masking visibly cuts what the
+# model writes: it closes the title wherever the twelfth character falls.
+OPEN_SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string", "maxLength": 12}},
+    "required": ["title"],
+}
+OPEN_PROMPT = (
+    "Suggest a title for a novel about a lighthouse keeper, as a JSON object with a field title."
+)
 
 
 @dataclass(frozen=True)
@@ -136,6 +159,96 @@ def fvo_spec(model: Any, tokenizer: Any, samples: int, seed: int = 0) -> SpecDem
                 for b in sorted(star.probs, key=star.probs.get, reverse=True)]  # fmt: skip
     return SpecDemo(branches, proj.tv(star), lm.forwards, law_seconds, samples, from_draft,
                     proposals, accepted, tokens / seconds if seconds else 0.0)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class OpenDraw:
+    """One output of :func:`open_particles`."""
+
+    text: str
+    title: str
+    end_probability: float  # the model's probability of closing the title where it closed
+
+
+@dataclass(frozen=True)
+class OpenDemo:
+    """What :func:`open_particles` drew: masked and particle outputs of the same budget."""
+
+    masked: list[OpenDraw]
+    particles: list[OpenDraw]
+    log_z: float  # the mean of the particle runs' log Ẑ: log Pr_p[valid within the budget]
+    masked_seconds: float
+    particle_seconds: float
+    count: int  # N
+    temperature: float
+
+    @staticmethod
+    def cut(draws: list[OpenDraw], below: float = 0.01) -> int:
+        """How many titles end where the model gave closing them less than ``below``."""
+        return sum(d.end_probability < below for d in draws)
+
+
+def open_particles(
+    model: Any,
+    tokenizer: Any,
+    draws: int,
+    particles: int = 16,
+    *,
+    max_new_tokens: int = 24,
+    temperature: float = 0.7,
+    seed: int = 0,
+) -> OpenDemo:
+    """``draws`` masked outputs and ``draws`` outputs of N-particle runs on :data:`OPEN_SCHEMA`
+    (same budget, temperature and seed), each with the model's probability of closing the title
+    where it closed: masking closes it wherever the twelfth character falls, particles weight
+    such cuts by that probability (μ* keeps the titles the model itself ends)."""
+    grammar = Grammar.from_json_schema(OPEN_SCHEMA, tokenizer,
+                                       vocab_size=model.config.vocab_size)  # fmt: skip
+    input_ids = torch.tensor([chat_prompt(tokenizer, OPEN_PROMPT)])
+    quotes = torch.tensor([t.startswith('"') for t in tokenizer.convert_ids_to_tokens(
+        list(range(len(tokenizer))))])  # fmt: skip
+    runs: dict[bool, list[OpenDraw]] = {}
+    seconds: dict[bool, float] = {}
+    log_z = []
+    for smc in (False, True):
+        torch.manual_seed(seed)
+        kwargs = {"particles": particles} if smc else {}
+        runs[smc], t0 = [], time.perf_counter()
+        for _ in range(draws):
+            out = generate(model, input_ids, grammar=grammar, do_sample=True, top_k=0,
+                           temperature=temperature, max_new_tokens=max_new_tokens,
+                           return_dict_in_generate=True, **kwargs)  # fmt: skip
+            if smc:
+                log_z.append(out.particles[0].log_z)
+            new = out.sequences[0, input_ids.shape[1] :].tolist()
+            runs[smc].append(_title_end(model, tokenizer, input_ids, new, quotes, temperature))
+        seconds[smc] = time.perf_counter() - t0
+    return OpenDemo(runs[False], runs[True], sum(log_z) / len(log_z), seconds[False],
+                    seconds[True], particles, temperature)  # fmt: skip
+
+
+def _title_end(
+    model: Any,
+    tokenizer: Any,
+    input_ids: torch.Tensor,
+    new: list[int],
+    quotes: torch.Tensor,
+    temperature: float,
+) -> OpenDraw:
+    """The output, its title, and the model's probability (at ``temperature``) of a token that
+    starts with the quote that closed the title, at the token where it closed."""
+    new = new[: new.index(tokenizer.eos_token_id) + 1]
+    text = tokenizer.decode(new, skip_special_tokens=True)
+    title = json.loads(text)["title"]
+    close = text.rindex('"')  # the title's closing quote: only "}" and spaces follow it
+    at = next(k for k in range(len(new))
+              if len(tokenizer.decode(new[: k + 1], skip_special_tokens=True)) > close)  # fmt: skip
+    ids = torch.cat([input_ids[0], torch.tensor(new[:at])])[None]
+    with torch.no_grad():
+        probs = torch.softmax(model(ids).logits[0, -1].double() / temperature, -1)
+    starts_with_quote = tokenizer.decode(new[at : at + 1]).startswith('"')
+    p = probs[: len(quotes)][quotes].sum() if starts_with_quote else probs[new[at]]
+    return OpenDraw(text, title, float(p))
 
 
 def _is_json(text: str) -> bool:
