@@ -11,7 +11,11 @@ When the effective sample size falls below ``ess_threshold``·N the particles ar
 (systematic), their caches reordered by index. The mean weight telescopes to log Ẑ, an
 unbiased estimate of Z_B = Pr_p[a valid output within the budget].
 
-All N particles of a prompt advance in one batched forward per step.
+All N particles of a prompt advance in one batched forward per step. With the masked proposal
+(``phi="uniform"``) and a grammar that decides A_t token by token far from the end of the
+budget (:meth:`~hf_fvo.grammar.Grammar.lazy_admissible`: pushdown grammars), a particle checks
+its draws instead of building A_t, and carries an unbiased estimate of p_t(A_t) as its weight
+(:func:`_lazy_draw`): the same target, at a fraction of the grammar's work.
 """
 
 from __future__ import annotations
@@ -26,12 +30,13 @@ import torch
 from hf_fvo.errors import ConstraintConflictError, InvalidArgumentError, check_int
 from hf_fvo.generation.tracker import RowTracker
 from hf_fvo.grammar import Grammar
-from hf_fvo.grammar.interface import require_grammar
+from hf_fvo.grammar.interface import LazyAdmissible, require_grammar
 from hf_fvo.phi import PhiContext, PhiEstimator, make_estimator
 
 __all__ = ["ParticleReport", "ParticleSet", "effective_sample_size", "sample_particles"]
 
 Scores = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+_TRIALS = 8  # draws checked token by token before a lazily decided A_t is resolved whole
 
 
 @dataclass(frozen=True)
@@ -202,17 +207,24 @@ def sample_particles(
         for i in range(n):
             if done[i]:
                 continue
-            ids, log_phi, twisted = _proposal(estimator, rows, generated[i], logits[i], lse[i],
-                                              prompt, support)  # fmt: skip
-            z = torch.logsumexp(twisted, 0).item() if len(ids) else -math.inf
+            state, remaining = rows.state(generated[i]), rows.remaining(len(generated[i]))
+            lazy = grammar.lazy_admissible(state, remaining) if estimator.is_masking else None
+            if lazy is not None:
+                y, z = _lazy_draw(lazy, logits[i], lse[i])
+                log_phi_y = 0.0
+            else:
+                ids, log_phi, twisted = _proposal(estimator, rows, generated[i], logits[i],
+                                                  lse[i], prompt, support)  # fmt: skip
+                z = torch.logsumexp(twisted, 0).item() if len(ids) else -math.inf
+                if z > -math.inf:
+                    k = int(torch.multinomial(torch.softmax(twisted, 0), 1))
+                    y, log_phi_y = int(ids[k]), float(log_phi[k])
             if z == -math.inf:
                 log_w[i] = -math.inf  # nothing admissible has positive probability: dies
                 done[i] = True
                 continue
-            k = int(torch.multinomial(torch.softmax(twisted, 0), 1))
-            y = int(ids[k])
             log_w[i] += z - prev[i]
-            prev[i] = log_phi[k]
+            prev[i] = log_phi_y
             nxt[i] = y
             generated[i] = (*generated[i], y)
             if y in eos:
@@ -249,6 +261,43 @@ def sample_particles(
     norm = log_w - torch.logsumexp(log_w, 0)
     report = ParticleReport(n, log_z, tuple(ess_trace), resamplings)
     return ParticleSet(sequences, norm, report)
+
+
+def _lazy_draw(
+    lazy: LazyAdmissible, logits: torch.Tensor, lse: torch.Tensor, trials: int = _TRIALS
+) -> tuple[int, float]:
+    """One masked proposal (uniform twist) where the grammar decides A_t token by token:
+    a token y ~ p_t restricted to A_t and the log of a weight whose expectation is
+    Z_t = p_t(A_t).
+
+    Draws from p_t on the superset are checked in turn until two are members; with N draws
+    then, the first member is distributed as p_t restricted to A_t and Z/(N − 1) estimates
+    Z_t = Z·r without bias (Z: the superset's mass; r = Z_t/Z; N − 1 given N ~ negative
+    binomial, E[1/(N − 1)] = r), independently of which member was drawn, so the particle
+    stays properly weighted. After ``trials`` draws with fewer than two members the set is
+    resolved (r known) and the weight is Z·E[1/(N − 1) | N > trials] = Z·r/(1 − r + trials·r),
+    keeping the expectation Z_t. Returns (y, log weight); the weight is −inf when A_t has no
+    mass."""
+    ids = lazy.superset.nonzero()[:, 0]
+    log_p = logits[ids].double() - lse
+    z = torch.logsumexp(log_p, 0).item() if len(ids) else -math.inf
+    if z == -math.inf:
+        return -1, -math.inf
+    drawn = ids[torch.multinomial(torch.softmax(log_p, 0), trials, replacement=True)].tolist()
+    members = []
+    for k, y in enumerate(drawn):
+        if lazy.admits(y):
+            members.append(y)
+            if len(members) == 2:
+                return members[0], z - math.log(k)  # N − 1 = k draws before the second
+    full = lazy.resolve().nonzero()[:, 0]
+    log_pa = logits[full].double() - lse
+    za = torch.logsumexp(log_pa, 0).item() if len(full) else -math.inf
+    if za == -math.inf:
+        return -1, -math.inf
+    r = min(1.0, math.exp(za - z))
+    y = members[0] if members else int(full[torch.multinomial(torch.softmax(log_pa, 0), 1)])
+    return y, z + math.log(r / (1.0 - r + trials * r))
 
 
 def _proposal(

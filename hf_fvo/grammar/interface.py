@@ -21,7 +21,8 @@ registers here when the package is imported: this module knows no backend.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -37,6 +38,7 @@ __all__ = [
     "BIAS_DTYPES",
     "Grammar",
     "GrammarMatcher",
+    "LazyAdmissible",
     "State",
     "bias_bits",
     "register_compiler",
@@ -90,6 +92,22 @@ def bias_bits(dtype: torch.dtype) -> tuple[type, Any]:
             f"admissible_bias supports float32, bfloat16 and float16, not {dtype}"
         )
     return kind
+
+
+@dataclass(frozen=True)
+class LazyAdmissible:
+    """A budget-admissible set decided token by token (:meth:`Grammar.lazy_admissible`).
+
+    Attributes:
+        superset: A bool mask over the vocabulary holding every member (the parser's A_t).
+        admits: ``admits(token)``: whether the token is a member.
+        resolve: ``resolve()``: the whole set as a bool mask, token for token what ``admits``
+            says (it may cost what the lazy check saves: for rare fallbacks).
+    """
+
+    superset: torch.Tensor
+    admits: Callable[[int], bool]
+    resolve: Callable[[], torch.Tensor]
 
 
 class Grammar(ABC):
@@ -449,6 +467,25 @@ class Grammar(ABC):
         state, verified by the parser, fits (:meth:`tokens_to_accept`)."""
 
     # -- derived ------------------------------------------------------------------------------
+
+    def lazy_admissible(self, state: State, remaining: int | None) -> LazyAdmissible | None:
+        """:meth:`admissible`'s budget rule decided one token at a time, where the grammar can
+        do that more cheaply than the whole set (pushdown grammars far from the end of the
+        budget); ``None`` where it cannot (the default). A sampler draws from the superset and
+        checks its draw: one check a step instead of one per token.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> g = Grammar.from_json_schema({"type": "string", "pattern": "^a+$"}, tok)
+            >>> lazy = g.lazy_admissible(g.walk(tok.encode('"a')), 64)
+            >>> lazy.admits(tok.encode("aa")[0]), lazy.admits(tok.encode('"')[0])
+            (True, True)
+            >>> bool((lazy.resolve() <= lazy.superset).all())
+            True
+        """
+        return None
 
     def admissible_bias(
         self, state: State, remaining: int | None, dtype: torch.dtype = torch.float32

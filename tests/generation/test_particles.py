@@ -19,6 +19,7 @@ from hf_fvo import Grammar
 from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.eval import empirical_tv, grammar_conditional_law, null_tv_percentiles, sampling_law
 from hf_fvo.generation.particles import effective_sample_size, sample_particles
+from hf_fvo.grammar.interface import LazyAdmissible
 from hf_fvo.grammar.vocabulary import BRACKETS
 from hf_fvo.models import MarkovLM, tiny_random_llama
 from hf_fvo.phi import PhiEstimator, make_estimator
@@ -205,3 +206,99 @@ def test_the_custom_generate_recipe_passes_particles_through(dyck):
                       return_dict_in_generate=True)  # fmt: skip
     assert out["particles"][0].particles == 4
     assert torch.equal(out.sequences, expected)
+
+
+LAZY_BUDGET = 10  # unbounded Dyck (Lark, pushdown): up to 8 brackets and EOS; the parity makes
+# "(" a non-member at lazily decided steps where the room equals the witness
+
+
+@pytest.fixture(scope="module")
+def lazy_dyck():
+    """A pushdown grammar without a closing bound, so its budget rule can be decided token by
+    token (far from the end of the budget), under a Markov LM that likes to open brackets."""
+    g = Grammar.from_lark('start: "(" start ")" start | ', BRACKETS)
+    lm = MarkovLM.random(4, order=2, seed=5, bos_token_id=3, eos_token_id=2, pad_token_id=2)
+    star = grammar_conditional_law(g, lm, (3,), max_new_tokens=LAZY_BUDGET)
+    return g, lm, star
+
+
+def _lazy_runs(monkeypatch, g, lm, n, draws, seed, trials):
+    """Particle runs with ``trials`` draws checked before a lazy A_t is resolved; also how
+    many steps were lazy and how many resolved."""
+    import hf_fvo.generation.particles as particles
+    import hf_fvo.grammar.pushdown.grammar as pushdown
+
+    monkeypatch.setattr(particles, "_TRIALS", trials)
+    monkeypatch.setattr(pushdown, "_LAZY_SLACK", 0)  # lazy wherever a witness fits
+    counts = {"lazy": 0, "resolved": 0}
+    lazy_admissible = type(g).lazy_admissible
+
+    def counted(self, state, remaining):
+        lazy = lazy_admissible(self, state, remaining)
+        if lazy is None:
+            return None
+        counts["lazy"] += 1
+
+        def resolve():
+            counts["resolved"] += 1
+            return lazy.resolve()
+
+        return LazyAdmissible(lazy.superset, lazy.admits, resolve)
+
+    monkeypatch.setattr(type(g), "lazy_admissible", counted)
+    outputs, log_z = _runs(lm, g, (3,), n, LAZY_BUDGET, seed=seed, draws=draws)
+    return outputs, log_z, counts
+
+
+@pytest.mark.parametrize("trials", [8, 2])
+def test_token_by_token_budget_checks_keep_particles_on_mu_star(monkeypatch, lazy_dyck, trials):
+    """Particles that check their draws against a lazily decided A_t (an unbiased estimate of
+    p_t(A_t) as the weight; with 2 trials most steps fall back to the resolved set) still land
+    within the null 99th percentile of μ*_B, while one particle (masking) is far outside."""
+    g, lm, star = lazy_dyck
+    _, p99 = null_tv_percentiles(star, DRAWS, seed=11)
+    masked, _, _ = _lazy_runs(monkeypatch, g, lm, 1, DRAWS, seed=12, trials=trials)
+    many, _, counts = _lazy_runs(monkeypatch, g, lm, 32, DRAWS, seed=13, trials=trials)
+    assert counts["lazy"] > 0 and (trials > 2 or counts["resolved"] > 0)
+    assert empirical_tv(masked, star) > 5 * p99
+    assert empirical_tv(many, star) <= p99
+
+
+def test_token_by_token_weights_estimate_z_without_bias(monkeypatch, lazy_dyck):
+    """With one particle, exp(log Ẑ) is the product of the lazy steps' weights: its mean over
+    runs is Z_B = Pr_p[a member within the budget] (a 99.9 % normal interval), also when
+    most steps fall back to the resolved set (2 trials)."""
+    g, lm, star = lazy_dyck
+    z = sum(math.exp(_log_likelihood(lm, (3,), x)) for x in star.probs)
+    for trials in (8, 2):
+        _, log_z, counts = _lazy_runs(monkeypatch, g, lm, 1, DRAWS, seed=14, trials=trials)
+        assert counts["lazy"] > 0
+        est = torch.tensor(log_z, dtype=torch.float64).exp()
+        half_width = 3.29 * float(est.std()) / math.sqrt(DRAWS)
+        assert abs(float(est.mean()) - z) <= half_width
+
+
+@pytest.mark.parametrize("trials", [2, 8])
+def test_a_lazy_draw_is_distributed_as_p_on_a_t_with_an_unbiased_weight(trials):
+    """On a superset of 5 tokens of which 2 are members (r = p_t(A_t)/p_t(superset) = 0.3),
+    20,000 lazy draws: the drawn member follows p_t restricted to A_t (χ², 1 degree of
+    freedom, 99.9 %), and the mean weight is p_t(A_t) (99.9 % normal interval), whether the
+    draw ends in two checked members or in the resolved set."""
+    from scipy.stats import chi2
+
+    from hf_fvo.generation.particles import _lazy_draw
+
+    probs = torch.tensor([0.1, 0.2, 0.25, 0.25, 0.15, 0.05], dtype=torch.float64)  # id 5 out
+    logits = probs.log()
+    superset = torch.tensor([True, True, True, True, True, False])
+    resolved = torch.tensor([True, True, False, False, False, False])
+    lazy = LazyAdmissible(superset, lambda y: bool(resolved[y]), resolved.clone)
+    torch.manual_seed(trials)
+    draws = [_lazy_draw(lazy, logits, torch.tensor(0.0), trials) for _ in range(20_000)]
+    counts = torch.bincount(torch.tensor([y for y, _ in draws]), minlength=6).double()
+    assert counts[2:].sum() == 0
+    expected = torch.tensor([1 / 3, 2 / 3], dtype=torch.float64) * len(draws)
+    assert float(((counts[:2] - expected) ** 2 / expected).sum()) <= chi2.ppf(0.999, 1)
+    weights = torch.tensor([w for _, w in draws], dtype=torch.float64).exp()
+    half_width = 3.29 * float(weights.std()) / math.sqrt(len(draws))
+    assert abs(float(weights.mean()) - 0.3) <= half_width

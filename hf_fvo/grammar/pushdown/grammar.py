@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError
-from hf_fvo.grammar.interface import Grammar, bias_bits
+from hf_fvo.grammar.interface import Grammar, LazyAdmissible, bias_bits
 from hf_fvo.grammar.pushdown.engine import (
     PushdownTokenizer,
     limits,
@@ -40,6 +40,7 @@ __all__ = ["PushdownGrammar", "PushdownState"]
 _UNKNOWN: Any = object()  # a state's witness before it is searched for
 _SEARCHES = 4  # child states searched per admissible() call at most (beyond: excluded)
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
+_LAZY_SLACK = 4  # tokens of room beyond a state's witness from which its budget check is lazy
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
 # llguidance can hold: about 70 bytes a part with SmolLM2's; beyond, the parser walks per token)
@@ -53,8 +54,8 @@ class PushdownState:
     """
 
     __slots__ = (
-        "_accepting", "_bits", "_heirs", "_heirs_all", "_kept", "_mask", "_matcher", "_owner",
-        "_path", "_utf8", "_witness", "_words",
+        "_accepting", "_bits", "_heirs", "_heirs_all", "_kept", "_lazy", "_mask", "_matcher",
+        "_owner", "_path", "_utf8", "_witness", "_words",
     )  # fmt: skip
 
     def __init__(
@@ -77,6 +78,7 @@ class PushdownState:
         self._mask: torch.Tensor | None = None  # the same, unpacked (non-EOS ids < n)
         self._accepting: bool | None = None
         self._kept: tuple[int, np.ndarray] | None = None  # the last budget check: (room, keep)
+        self._lazy: tuple[int, dict[int, bool], list] | None = None  # (room, verdicts, [set])
 
     def __repr__(self) -> str:
         return f"PushdownState(at 0x{id(self):x})"
@@ -254,13 +256,106 @@ class PushdownGrammar(Grammar):
             mask[list(self._eos)] = True
         return mask
 
+    def lazy_admissible(self, state: PushdownState, remaining: int | None) -> LazyAdmissible | None:
+        """Where the room exceeds the state's witness by ``_LAZY_SLACK`` tokens or more: the
+        budget rule decided per token. A token y is admitted when y's next state has a verified
+        completion within the room, found as :meth:`admissible` finds them (y spells the
+        beginning of the witness; the witness still completes after y; a search from y's next
+        state), with no limit on how many tokens are searched: the set can only be larger than
+        :meth:`admissible`'s and admits no output that cannot finish in time."""
+        self._check_state(state)
+        if remaining is None or remaining <= 1 or state is self._terminal:
+            return None
+        room = remaining - 2
+        if self._closing is not None and room >= self._closing:
+            return None  # admissible() is the parser's mask: nothing to save
+        witness = self.completion(state)
+        if witness is None or room < len(witness) + _LAZY_SLACK:
+            return None
+        if state._lazy is None or state._lazy[0] != room:
+            state._lazy = (room, {}, [None])
+        _, verdicts, resolved = state._lazy
+
+        def admits(token: int) -> bool:
+            token = int(token)
+            if token not in verdicts:
+                verdicts[token] = self._admits(state, room, token)
+            return verdicts[token]
+
+        def resolve() -> torch.Tensor:
+            if resolved[0] is None:
+                mask = self.allowed(state)
+                mask[: self._n] = torch.from_numpy(self._within(state, room, None).view(np.bool_))
+                if self.is_accepting(state):
+                    mask[list(self._eos)] = True
+                resolved[0] = mask
+            return resolved[0].clone()
+
+        return LazyAdmissible(self.allowed(state), admits, resolve)
+
+    def _admits(self, state: PushdownState, room: int, y: int) -> bool:
+        """Whether y's next state has a verified completion within ``room`` (EOS: whether
+        ``state`` accepts), by the tests :meth:`_within` applies, in its order."""
+        if y in self._eos:
+            return self.is_accepting(state)
+        if not 0 <= y < self._n or not self._bits(state)[y]:
+            return False
+        done, witness = self._completer, self.completion(state)
+        heirs = self._heirs(state)
+        after = int(self._utf8_next[state._utf8, y])
+        if witness:  # y spells a beginning of the witness
+            if y == witness[0] and len(witness) - 1 <= room:
+                heirs.setdefault(y, witness[1:])
+                return True
+            text, spelled = self._witness_text(witness), self._vocab.token_bytes[y]
+            if spelled and len(spelled) <= len(text) and text.startswith(spelled):
+                rest = done.fewest_tokens(text[len(spelled) :]) if len(spelled) < len(text) else ()
+                if (
+                    rest is not None
+                    and len(rest) <= room
+                    and done.accepts(_child(state._matcher, y), after, rest)
+                ):
+                    heirs.setdefault(y, rest)
+                    return True
+        tail = self._tails(witness, room).get(after)
+        if tail is not None and done.parses(state._matcher, (y, *tail)):
+            heirs.setdefault(y, tail)  # the witness still completes after y
+            return True
+        found = done.complete(_child(state._matcher, y), after, _CHILD_NODES)
+        if found is not None and len(found) <= room:
+            heirs.setdefault(y, found)
+            return True
+        return False
+
+    def _witness_text(self, witness: tuple[int, ...]) -> bytes:
+        return b"".join(self._vocab.token_bytes[t] for t in witness)
+
+    def _tails(self, witness: tuple[int, ...] | None, room: int) -> dict[int, tuple[int, ...]]:
+        """Per UTF-8 state after a token: the fewest bytes finishing its character, then the
+        witness, where that fits in ``room``."""
+        done = self._completer
+        return {
+            u: (*fill, *witness) for u, fill in done.fill.items()
+            if witness is not None and len(fill) + len(witness) <= room
+            and done.utf8_after(u, (*fill, *witness)) == 0
+        }  # fmt: skip
+
+    @staticmethod
+    def _heirs(state: PushdownState) -> dict[int, tuple[int, ...]]:
+        """The children's witnesses found so far, by token (the first one found stays)."""
+        if state._heirs is None:
+            state._heirs = {}
+        return state._heirs
+
     def _only_eos(self, mask: torch.Tensor, accepting: bool) -> torch.Tensor:
         out = torch.zeros_like(mask)
         if accepting:
             out[list(self._eos)] = True
         return out
 
-    def _within(self, state: PushdownState, room: int) -> np.ndarray:
+    def _within(
+        self, state: PushdownState, room: int, searches: int | None = _SEARCHES
+    ) -> np.ndarray:
         """The admissible non-EOS tokens y whose next state has a verified completion of at
         most ``room`` tokens (one 0/1 byte per id); their witnesses are kept for the children.
 
@@ -268,22 +363,17 @@ class PushdownGrammar(Grammar):
         fewest tokens), or when the witness still completes after it (finishing a character
         y leaves open first): for JSON grammars one probe mask answers that for every token,
         otherwise the parser walks each. Other tokens' next states are searched, at most
-        ``_SEARCHES`` per call; the rest are excluded: the rule may drop a member, never admit
-        one that cannot finish in time."""
+        ``searches`` per call (``None``: all); the rest are excluded: the rule may drop a
+        member, never admit one that cannot finish in time."""
         done = self._completer
         keep = np.zeros(self._n, dtype=np.uint8)
-        heirs: dict[int, tuple[int, ...]] = {}
-        state._heirs = heirs
+        heirs = self._heirs(state)
         witness = self.completion(state)
         matcher, utf8 = state._matcher, state._utf8
         bits = self._bits(state)
         if witness:
             self._witness_prefixes(state, witness, room, keep, heirs)
-        tails = {
-            u: (*fill, *witness) for u, fill in done.fill.items()
-            if witness is not None and len(fill) + len(witness) <= room
-            and done.utf8_after(u, (*fill, *witness)) == 0
-        }  # fmt: skip
+        tails = self._tails(witness, room)
         rest = np.flatnonzero(bits & (keep == 0))
         afters = self._utf8_next[utf8, rest]
         suffix = b"".join(self._vocab.token_bytes[t] for t in tails.get(0, ()))
@@ -299,16 +389,14 @@ class PushdownGrammar(Grammar):
             tail = tails.get(after)
             if tail is not None and done.parses(matcher, (y, *tail)):
                 keep[y] = 1  # the witness still completes after y
-                heirs[y] = tail
-        searches = _SEARCHES
-        for y in np.flatnonzero(bits & (keep == 0)).tolist():
-            if searches <= 0:
+                heirs.setdefault(y, tail)
+        for k, y in enumerate(np.flatnonzero(bits & (keep == 0)).tolist()):
+            if searches is not None and k >= searches:
                 break
-            searches -= 1
             found = done.complete(_child(matcher, y), int(self._utf8_next[utf8, y]), _CHILD_NODES)
             if found is not None and len(found) <= room:
                 keep[y] = 1
-                heirs[y] = found
+                heirs.setdefault(y, found)
         return keep
 
     def _witness_prefixes(
@@ -324,8 +412,8 @@ class PushdownGrammar(Grammar):
         done = self._completer
         if len(witness) - 1 <= room:
             keep[witness[0]] = 1
-            heirs[witness[0]] = witness[1:]
-        text = b"".join(self._vocab.token_bytes[t] for t in witness)
+            heirs.setdefault(witness[0], witness[1:])
+        text = self._witness_text(witness)
         for j in range(1, min(len(text), done.longest) + 1):
             for y in done.spellings.get(text[:j], ()):
                 if y >= self._n or keep[y] or not self._bits(state)[y]:
@@ -338,7 +426,7 @@ class PushdownGrammar(Grammar):
                     and done.accepts(_child(state._matcher, y), after, rest)
                 ):
                     keep[y] = 1
-                    heirs[y] = rest
+                    heirs.setdefault(y, rest)
 
     def _probe(self, state: PushdownState, suffix: bytes) -> np.ndarray:
         """For every token y at once: whether y then ``suffix`` completes a member from
