@@ -54,8 +54,8 @@ class PushdownState:
     """
 
     __slots__ = (
-        "_accepting", "_bits", "_heirs", "_heirs_all", "_kept", "_lazy", "_mask", "_matcher",
-        "_owner", "_path", "_utf8", "_witness", "_words",
+        "_accepting", "_bits", "_heirs", "_heirs_all", "_heirs_room", "_kept", "_lazy", "_mask",
+        "_matcher", "_owner", "_path", "_utf8", "_witness", "_words",
     )  # fmt: skip
 
     def __init__(
@@ -70,6 +70,7 @@ class PushdownState:
         self._path = path  # the tokens from the initial state (for the probe parser)
         self._witness = witness  # a verified completion (token ids), None if none was found
         self._heirs: dict[int, tuple[int, ...]] | None = None  # children's witnesses, by token
+        self._heirs_room = -1  # the room the heirs were found for
         self._heirs_all: tuple[np.ndarray, tuple[int, ...]] | None = None  # the probe's, shared
         self._matcher = matcher  # never consumed after construction
         self._utf8 = utf8
@@ -301,7 +302,7 @@ class PushdownGrammar(Grammar):
         if not 0 <= y < self._n or not self._bits(state)[y]:
             return False
         done, witness = self._completer, self.completion(state)
-        heirs = self._heirs(state)
+        heirs = self._heirs(state, room)
         after = int(self._utf8_next[state._utf8, y])
         if witness:  # y spells a beginning of the witness
             if y == witness[0] and len(witness) - 1 <= room:
@@ -341,10 +342,12 @@ class PushdownGrammar(Grammar):
         }  # fmt: skip
 
     @staticmethod
-    def _heirs(state: PushdownState) -> dict[int, tuple[int, ...]]:
-        """The children's witnesses found so far, by token (the first one found stays)."""
-        if state._heirs is None:
-            state._heirs = {}
+    def _heirs(state: PushdownState, room: int) -> dict[int, tuple[int, ...]]:
+        """The children's witnesses found for ``room`` so far, by token (the first one found
+        stays, so a child's witness does not depend on which check found it); a check for
+        another room starts afresh."""
+        if state._heirs is None or state._heirs_room != room:
+            state._heirs, state._heirs_room = {}, room
         return state._heirs
 
     def _only_eos(self, mask: torch.Tensor, accepting: bool) -> torch.Tensor:
@@ -367,7 +370,7 @@ class PushdownGrammar(Grammar):
         member, never admit one that cannot finish in time."""
         done = self._completer
         keep = np.zeros(self._n, dtype=np.uint8)
-        heirs = self._heirs(state)
+        heirs = self._heirs(state, room)
         witness = self.completion(state)
         matcher, utf8 = state._matcher, state._utf8
         bits = self._bits(state)
