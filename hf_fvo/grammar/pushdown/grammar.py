@@ -79,7 +79,7 @@ class PushdownState:
         self._mask: torch.Tensor | None = None  # the same, unpacked (non-EOS ids < n)
         self._accepting: bool | None = None
         self._kept: tuple[int, np.ndarray] | None = None  # the last budget check: (room, keep)
-        self._lazy: tuple[int, dict[int, bool], list] | None = None  # (room, verdicts, [set])
+        self._lazy: tuple | None = None  # (room, verdicts, [set], tails, witness text)
 
     def __repr__(self) -> str:
         return f"PushdownState(at 0x{id(self):x})"
@@ -274,13 +274,13 @@ class PushdownGrammar(Grammar):
         if witness is None or room < len(witness) + _LAZY_SLACK:
             return None
         if state._lazy is None or state._lazy[0] != room:
-            state._lazy = (room, {}, [None])
-        _, verdicts, resolved = state._lazy
+            state._lazy = (room, {}, [None], self._tails(witness, room), self._text(witness))
+        _, verdicts, resolved, tails, text = state._lazy
 
         def admits(token: int) -> bool:
             token = int(token)
             if token not in verdicts:
-                verdicts[token] = self._admits(state, room, token)
+                verdicts[token] = self._admits(state, room, token, tails, text)
             return verdicts[token]
 
         def resolve() -> torch.Tensor:
@@ -294,42 +294,65 @@ class PushdownGrammar(Grammar):
 
         return LazyAdmissible(self.allowed(state), admits, resolve)
 
-    def _admits(self, state: PushdownState, room: int, y: int) -> bool:
+    def _admits(
+        self,
+        state: PushdownState,
+        room: int,
+        y: int,
+        tails: dict[int, tuple[int, ...]],
+        text: bytes,
+    ) -> bool:
         """Whether y's next state has a verified completion within ``room`` (EOS: whether
-        ``state`` accepts), by the tests :meth:`_within` applies, in its order."""
+        ``state`` accepts), by the tests :meth:`_within` applies, in its order (``tails`` and
+        ``text``: :meth:`_tails` and :meth:`_text` of the state's witness)."""
         if y in self._eos:
             return self.is_accepting(state)
         if not 0 <= y < self._n or not self._bits(state)[y]:
             return False
-        done, witness = self._completer, self.completion(state)
-        heirs = self._heirs(state, room)
-        after = int(self._utf8_next[state._utf8, y])
-        if witness:  # y spells a beginning of the witness
-            if y == witness[0] and len(witness) - 1 <= room:
-                heirs.setdefault(y, witness[1:])
-                return True
-            text, spelled = self._witness_text(witness), self._vocab.token_bytes[y]
-            if spelled and len(spelled) <= len(text) and text.startswith(spelled):
-                rest = done.fewest_tokens(text[len(spelled) :]) if len(spelled) < len(text) else ()
-                if (
-                    rest is not None
-                    and len(rest) <= room
-                    and done.accepts(_child(state._matcher, y), after, rest)
-                ):
-                    heirs.setdefault(y, rest)
-                    return True
-        tail = self._tails(witness, room).get(after)
-        if tail is not None and done.parses(state._matcher, (y, *tail)):
-            heirs.setdefault(y, tail)  # the witness still completes after y
+        witness, heirs = self.completion(state), self._heirs(state, room)
+        if witness and y == witness[0] and len(witness) - 1 <= room:
+            heirs.setdefault(y, witness[1:])
             return True
-        found = done.complete(_child(state._matcher, y), after, _CHILD_NODES)
-        if found is not None and len(found) <= room:
-            heirs.setdefault(y, found)
-            return True
-        return False
+        spelled = self._vocab.token_bytes[y]
+        found = None
+        if witness and spelled and text.startswith(spelled):  # y spells a beginning of it
+            found = self._spelled_rest(state, y, text, len(spelled), room)
+        if found is None:
+            tail = tails.get(int(self._utf8_next[state._utf8, y]))
+            if tail is not None and self._completer.parses(state._matcher, (y, *tail)):
+                found = tail  # the witness still completes after y
+        if found is None:
+            found = self._searched(state, y, room)
+        if found is None:
+            return False
+        heirs.setdefault(y, found)
+        return True
 
-    def _witness_text(self, witness: tuple[int, ...]) -> bytes:
-        return b"".join(self._vocab.token_bytes[t] for t in witness)
+    def _spelled_rest(
+        self, state: PushdownState, y: int, text: bytes, j: int, room: int
+    ) -> tuple[int, ...] | None:
+        """Where y spells ``text[:j]`` (a beginning of the witness's bytes): the rest in the
+        fewest tokens, if it fits in ``room`` and takes y's next state to acceptance."""
+        done = self._completer
+        rest = done.fewest_tokens(text[j:]) if j < len(text) else ()
+        after = int(self._utf8_next[state._utf8, y])
+        if (
+            rest is None
+            or len(rest) > room
+            or not done.accepts(_child(state._matcher, y), after, rest)
+        ):
+            return None
+        return rest
+
+    def _searched(self, state: PushdownState, y: int, room: int) -> tuple[int, ...] | None:
+        """A completion of y's next state found by a bounded search, if it fits in ``room``."""
+        after = int(self._utf8_next[state._utf8, y])
+        found = self._completer.complete(_child(state._matcher, y), after, _CHILD_NODES)
+        return found if found is not None and len(found) <= room else None
+
+    def _text(self, witness: tuple[int, ...] | None) -> bytes:
+        """The witness's bytes."""
+        return b"".join(self._vocab.token_bytes[t] for t in witness or ())
 
     def _tails(self, witness: tuple[int, ...] | None, room: int) -> dict[int, tuple[int, ...]]:
         """Per UTF-8 state after a token: the fewest bytes finishing its character, then the
@@ -396,8 +419,8 @@ class PushdownGrammar(Grammar):
         for k, y in enumerate(np.flatnonzero(bits & (keep == 0)).tolist()):
             if searches is not None and k >= searches:
                 break
-            found = done.complete(_child(matcher, y), int(self._utf8_next[utf8, y]), _CHILD_NODES)
-            if found is not None and len(found) <= room:
+            found = self._searched(state, y, room)
+            if found is not None:
                 keep[y] = 1
                 heirs.setdefault(y, found)
         return keep
@@ -416,18 +439,13 @@ class PushdownGrammar(Grammar):
         if len(witness) - 1 <= room:
             keep[witness[0]] = 1
             heirs.setdefault(witness[0], witness[1:])
-        text = self._witness_text(witness)
+        text = self._text(witness)
         for j in range(1, min(len(text), done.longest) + 1):
             for y in done.spellings.get(text[:j], ()):
                 if y >= self._n or keep[y] or not self._bits(state)[y]:
                     continue
-                rest = done.fewest_tokens(text[j:]) if j < len(text) else ()
-                after = int(self._utf8_next[state._utf8, y])
-                if (
-                    rest is not None
-                    and len(rest) <= room
-                    and done.accepts(_child(state._matcher, y), after, rest)
-                ):
+                rest = self._spelled_rest(state, y, text, j, room)
+                if rest is not None:
                     keep[y] = 1
                     heirs.setdefault(y, rest)
 
