@@ -193,3 +193,13 @@ def test_train_phi_bad_schema_file_is_one_line(tmp_path, capsys):
     bad.write_text('{"nope": 1}\n')
     assert main(["train-phi", "--out", str(tmp_path / "o"), "--schemas", str(bad)]) == 2
     assert "name" in capsys.readouterr().err
+
+
+def test_the_open_schema_demo_refuses_no_draws_with_a_typed_error(smol_tokenizer):
+    from hf_fvo.errors import InvalidArgumentError
+    from hf_fvo.eval.demo import open_particles
+
+    with pytest.raises(InvalidArgumentError, match="draws"):
+        open_particles(None, smol_tokenizer, 0)
+    with pytest.raises(InvalidArgumentError, match="particles"):
+        open_particles(None, smol_tokenizer, 2, 0)

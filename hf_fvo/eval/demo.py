@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessorList
 
+from hf_fvo.errors import check_int
 from hf_fvo.eval.laws import TerminalLaw, sampling_law
 from hf_fvo.generation import GrammarLogitsProcessor, generate
 from hf_fvo.grammar import Grammar
@@ -202,6 +203,8 @@ def open_particles(
     (same budget, temperature and seed), each with the model's probability of closing the title
     where it closed: masking closes it wherever the twelfth character falls, particles weight
     such cuts by that probability (μ* keeps the titles the model itself ends)."""
+    check_int("draws", draws, minimum=1)
+    check_int("particles", particles, minimum=1)
     grammar = Grammar.from_json_schema(OPEN_SCHEMA, tokenizer,
                                        vocab_size=model.config.vocab_size)  # fmt: skip
     input_ids = torch.tensor([chat_prompt(tokenizer, OPEN_PROMPT)])
