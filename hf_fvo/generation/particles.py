@@ -213,9 +213,10 @@ def sample_particles(
                 y, z = _lazy_draw(lazy, logits[i], lse[i])
                 log_phi_y = 0.0
             else:
-                ids, log_phi, twisted = _proposal(estimator, rows, generated[i], logits[i],
-                                                  lse[i], prompt, support)  # fmt: skip
-                z = torch.logsumexp(twisted, 0).item() if len(ids) else -math.inf
+                ids, log_phi, twisted = _proposal(estimator, grammar, state, remaining,
+                                                  generated[i], logits[i], lse[i], prompt,
+                                                  support)  # fmt: skip
+                z = _log_mass(twisted)
                 if z > -math.inf:
                     k = int(torch.multinomial(torch.softmax(twisted, 0), 1))
                     y, log_phi_y = int(ids[k]), float(log_phi[k])
@@ -280,7 +281,7 @@ def _lazy_draw(
     mass."""
     ids = lazy.superset.nonzero()[:, 0]
     log_p = logits[ids].double() - lse
-    z = torch.logsumexp(log_p, 0).item() if len(ids) else -math.inf
+    z = _log_mass(log_p)
     if z == -math.inf:
         return -1, -math.inf
     drawn = ids[torch.multinomial(torch.softmax(log_p, 0), trials, replacement=True)].tolist()
@@ -292,7 +293,7 @@ def _lazy_draw(
                 return members[0], z - math.log(k)  # N − 1 = k draws before the second
     full = lazy.resolve().nonzero()[:, 0]
     log_pa = logits[full].double() - lse
-    za = torch.logsumexp(log_pa, 0).item() if len(full) else -math.inf
+    za = _log_mass(log_pa)
     if za == -math.inf:
         return -1, -math.inf
     r = min(1.0, math.exp(za - z))
@@ -300,9 +301,16 @@ def _lazy_draw(
     return y, z + math.log(r / (1.0 - r + trials * r))
 
 
+def _log_mass(log_p: torch.Tensor) -> float:
+    """log Σ exp(log_p) (−inf for none)."""
+    return torch.logsumexp(log_p, 0).item() if len(log_p) else -math.inf
+
+
 def _proposal(
     estimator: PhiEstimator,
-    rows: RowTracker,
+    grammar: Grammar,
+    state: Any,
+    remaining: int,
     generated: tuple[int, ...],
     logits: torch.Tensor,
     lse: torch.Tensor,
@@ -317,10 +325,9 @@ def _proposal(
     admissible token (a rollout estimate with no success) would keep the proposal off a part
     of μ*'s support and bias the particle set, so such tokens take the smallest positive Φ̂ on
     A_t (1 if there is none); every weight uses the values proposed with."""
-    state, remaining = rows.state(generated), rows.remaining(len(generated))
     key = (id(state), remaining)
     if key not in support:
-        support[key] = rows.grammar.admissible(state, remaining).nonzero()[:, 0]
+        support[key] = grammar.admissible(state, remaining).nonzero()[:, 0]
     ids = support[key]
     if estimator.is_masking:  # Φ̂ ≡ 1 on A_t
         log_phi = torch.zeros(len(ids), dtype=torch.float64)
