@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = [
     "BudgetTooSmallError",
+    "CheckFailedError",
     "ConstraintConflictError",
     "DefaultModelUnavailableError",
     "EmptyLanguageError",
@@ -93,6 +94,12 @@ class ConstraintConflictError(GrammarError):
     """Another constraint leaves no admissible token: a logits processor that runs before the
     grammar's (``no_repeat_ngram_size``, ``suppress_tokens``, ``bad_words_ids``, a minimum
     length…), or scores that are not finite on every admissible token."""
+
+
+class CheckFailedError(GrammarError):
+    """Every draw failed the grammar's final check (a constraint its masks only
+    over-approximate, named in the message with its JSON pointer): the redraws under masking
+    ran out, or every particle failed."""
 
 
 class NonFiniteScoresError(GrammarError):

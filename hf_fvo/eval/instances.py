@@ -44,8 +44,9 @@ def accepting_serialization(
     search: bool = True,
     max_steps: int = 2_000_000,
 ) -> str | None:
-    """A compact JSON text of ``value`` that ``grammar`` accepts in full, or ``None`` if no key
-    order (and no integral-number spelling) is accepted.
+    """A compact JSON text of ``value`` that ``grammar`` accepts in full (its masks, and its
+    final check where it has one: :attr:`Grammar.checked`), or ``None`` if no key order (and no
+    integral-number spelling) is accepted.
 
     Args:
         grammar: A grammar over ``tokenizer``'s ids (compact whitespace, ``whitespace=""``).
@@ -69,6 +70,8 @@ def accepting_serialization(
     walker = _Search(grammar, _Spelling(vocab), max_steps, rank, search)
     for text, state in walker.value(value, grammar.initial_state):
         if grammar.is_accepting(state):
+            if grammar.checked and grammar.check_text(text) is not None:
+                continue
             return text
     return None
 

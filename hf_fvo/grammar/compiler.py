@@ -20,6 +20,7 @@ from hf_fvo.errors import (
     InvalidArgumentError,
     InvalidGrammarError,
     InvalidRegexError,
+    UnsupportedSchemaError,
     check_int,
 )
 from hf_fvo.grammar import schema as schema_logic
@@ -142,15 +143,42 @@ class GrammarCompiler:
         backend: str = "pushdown",
         max_length: int | None = None,
         max_states: int | None = None,
+        checks: bool = True,
+        formats: str = "assert",
     ) -> Grammar:
         """A JSON schema's language, exactly, or a typed refusal; see
         :meth:`Grammar.from_json_schema <hf_fvo.grammar.Grammar.from_json_schema>`."""
         if backend == "automaton":
-            source = json_schema_source(schema, whitespace, strict=strict)
+            source = json_schema_source(schema, whitespace, strict=strict, formats=formats)
             return self._automaton(source, max_length, max_states)
         _pushdown_only(backend, max_length, max_states)
         check_whitespace(whitespace)
-        prepared = prepare_json_schema(schema, strict=strict)
+        relaxed: dict[str, bool] = {}
+        while True:
+            try:
+                return self._json_pushdown(schema, whitespace, strict, checks, formats, relaxed)
+            except UnsupportedSchemaError as exc:
+                # a limit of the engine that the check can take over: retry with it relaxed
+                limit = next((name for key, name in _ENGINE_LIMITS.items()
+                              if key in str(exc) and name not in relaxed), None)  # fmt: skip
+                if not checks or limit is None:
+                    raise
+                relaxed[limit] = True
+
+    def _json_pushdown(
+        self,
+        schema: Any,
+        whitespace: str | None,
+        strict: bool,
+        checks: bool,
+        formats: str,
+        relaxed: dict[str, bool],
+    ) -> Grammar:
+        prepared = schema_logic.prepare_json_schema(
+            schema, strict=strict, intersect=patterns_intersect, checks=checks,
+            formats=formats, decimal_multiples="decimal_multiples" not in relaxed,
+            inner_anchors="inner_anchors" not in relaxed,
+        )  # fmt: skip
         body = prepared.schema
         if body is False:
             raise EmptyLanguageError("the schema is `false`: it admits nothing")
@@ -164,10 +192,16 @@ class GrammarCompiler:
         finite = whitespace in (None, "") and schema_logic.has_finite_language(body)
         # completions never need whitespace when it is optional ("[ ]?") or absent
         closing = closing_bound(body) if whitespace in (None, "") else None
+        check = None
+        if prepared.checked:
+            check = schema_logic.SchemaCheck(
+                schema_logic.load_json_schema(schema), formats=formats == "assert"
+            )
+            notes += [f"{c}: left to the final check" for c in prepared.checked]
         return self._pushdown(
             "json_schema", json_definition(body, whitespace),
             f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}", notes, finite,
-            closing,
+            closing, (check, prepared.checked),
         )  # fmt: skip
 
     def regex(
@@ -244,14 +278,21 @@ class GrammarCompiler:
         notes: Sequence[str] = (),
         finite: bool = False,
         closing: int | None = None,
+        check: tuple[Any, tuple[Any, ...]] | None = None,
     ) -> PushdownGrammar:
+        final, checked = check if check is not None and check[0] is not None else (None, ())
+
         def build() -> PushdownGrammar:
             if self._pushdown_tokenizer is None:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
-            return PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
-                                   source, notes, finite, closing)  # fmt: skip
+            grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
+                                      source, notes, finite, closing)  # fmt: skip
+            if final is not None:
+                grammar._attach_check(final, checked)
+            return grammar
 
-        return self._grammars.get_or_build(("pushdown", kind, definition), build)
+        key = ("pushdown", kind, definition, None if final is None else final.key)
+        return self._grammars.get_or_build(key, build)
 
     def __repr__(self) -> str:
         return (
@@ -260,7 +301,14 @@ class GrammarCompiler:
         )
 
 
-_SHARED: LRU[tuple[str, int], GrammarCompiler] = LRU(8)  # GrammarCompiler.shared's instances
+_SHARED: LRU[tuple[str, int], GrammarCompiler] = LRU(8)
+
+# llguidance refusals the final check can take over, by a word of the message: the prepare
+# option that leaves the construct to the check
+_ENGINE_LIMITS = {
+    "multipleOf": "decimal_multiples",  # more digits than its number grammar holds
+    "lookarounds not supported": "inner_anchors",  # ^ or $ inside a pattern
+}  # GrammarCompiler.shared's instances
 
 
 def _pushdown_only(
@@ -290,20 +338,25 @@ def clear_cache() -> None:
     patterns_intersect.cache_clear()
 
 
-def prepare_json_schema(schema: Any, *, strict: bool = True) -> schema_logic.PreparedSchema:
-    """The exact rewrite of ``schema`` that the pushdown backend compiles (pattern questions
-    answered by the engine); see :func:`hf_fvo.grammar.schema.prepare_json_schema`.
+def prepare_json_schema(
+    schema: Any, *, strict: bool = True, checks: bool = True, formats: str = "assert"
+) -> schema_logic.PreparedSchema:
+    """The rewrite of ``schema`` that the pushdown backend compiles (pattern questions
+    answered by the engine), with what it leaves to the final check (``checks``); see
+    :func:`hf_fvo.grammar.schema.prepare_json_schema`.
 
     Example:
         >>> from hf_fvo.grammar import prepare_json_schema
         >>> prepare_json_schema({"not": {"type": "string"}}).schema
         {'type': ['array', 'boolean', 'null', 'number', 'object']}
     """
-    return schema_logic.prepare_json_schema(schema, strict=strict, intersect=patterns_intersect)
+    return schema_logic.prepare_json_schema(
+        schema, strict=strict, intersect=patterns_intersect, checks=checks, formats=formats
+    )
 
 
 def json_schema_source(
-    schema: Any, whitespace: str | None = None, *, strict: bool = True
+    schema: Any, whitespace: str | None = None, *, strict: bool = True, formats: str = "assert"
 ) -> GrammarSource:
     """A regular JSON schema as one regex (the automaton backend's input); see
     :func:`hf_fvo.grammar.schema.schema_regex` for the subset lowered.
@@ -313,7 +366,9 @@ def json_schema_source(
             the automaton lowering does not cover (compile those with the pushdown backend).
     """
     check_whitespace(whitespace)
-    prepared = prepare_json_schema(schema, strict=strict)
+    prepared = schema_logic.prepare_json_schema(
+        schema, strict=strict, intersect=patterns_intersect, formats=formats
+    )
     if prepared.schema is False:
         raise EmptyLanguageError("the schema is `false`: it admits nothing")
     regex = schema_logic.schema_regex(prepared.schema, "[ ]?" if whitespace is None else whitespace)

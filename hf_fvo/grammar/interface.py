@@ -146,8 +146,15 @@ class Grammar(ABC):
         max_length: int | None = None,
         eos_token_id: int | Sequence[int] | None = None,
         max_states: int | None = None,
+        checks: bool = True,
+        formats: str = "assert",
     ) -> Grammar:
         """Compile a JSON schema (draft-04 to 2020-12): exactly its language, or a refusal.
+
+        What a grammar cannot say (``uniqueItems`` over unbounded items, ``unevaluated*``,
+        ``contains`` counts, the complement of a pattern, look-around, IDNA formats…) is
+        enforced by an exact check of the finished text: the masks enforce the tightest
+        superset hf_fvo builds, and :attr:`checked` lists what the check decides.
 
         Args:
             schema: A dict, a JSON string, a Pydantic model class (or any type Pydantic
@@ -165,10 +172,16 @@ class Grammar(ABC):
                 grouped OneStep sums; compiling can take seconds).
             max_length, eos_token_id, max_states: As in :meth:`from_regex` (``max_length`` and
                 ``max_states`` apply to the automaton backend).
+            checks: ``False`` refuses what the masks cannot enforce exactly instead of leaving
+                it to the final check (the automaton backend always refuses).
+            formats: ``"assert"`` (default: a ``format`` is a constraint, exact for every
+                format the spec defines) or ``"annotation"`` (2019-09/2020-12's default
+                language: ``format`` constrains nothing).
 
         Raises:
-            UnsupportedSchemaError: a keyword that cannot be enforced exactly, named with its
-                JSON pointer; or an invalid schema.
+            UnsupportedSchemaError: an invalid schema, a reference outside the document (and
+                the shipped meta-schemas), or (``checks=False``) a keyword the masks cannot
+                enforce exactly, named with its JSON pointer.
             EmptyLanguageError: no JSON text satisfies the schema.
             TokenizerError: the tokenizer cannot be mapped to bytes.
 
@@ -184,7 +197,7 @@ class Grammar(ABC):
         """
         return _compiler(tokenizer, vocab_size, eos_token_id).json_schema(
             schema, whitespace, strict=strict, backend=backend, max_length=max_length,
-            max_states=max_states,
+            max_states=max_states, checks=checks, formats=formats,
         )  # fmt: skip
 
     @classmethod
@@ -465,6 +478,67 @@ class Grammar(ABC):
         ``remaining - 2`` more tokens, and EOS only at accepting states, so no output is ever
         cut off. Exact on automata; pushdown grammars keep y when a completion of its next
         state, verified by the parser, fits (:meth:`tokens_to_accept`)."""
+
+    # -- what the masks leave to a check -------------------------------------------------------
+
+    @property
+    def checked(self) -> tuple[Any, ...]:
+        """The constraints this grammar's masks only over-approximate and an exact check of the
+        finished text decides (:class:`~hf_fvo.grammar.schema.Checked`: JSON pointer, keyword,
+        why); empty when the masks alone decide membership. The language is the masks' language
+        intersected with the check: :func:`hf_fvo.generate` redraws an output that fails it
+        (bounded tries), particles give it weight 0, exact Φ counts only the completions that
+        pass it.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_json_schema({"type": "array", "uniqueItems": True},
+            ...                              load_default_tokenizer())
+            >>> [c.keyword for c in g.checked]
+            ['uniqueItems']
+        """
+        return getattr(self, "_checked", ())
+
+    def check(self, token_ids: Iterable[int]) -> str | None:
+        """``None`` when the text these tokens spell (EOS and special tokens spell nothing)
+        passes the grammar's final check — always, for a grammar without one — else what
+        failed, naming the keyword by its JSON pointer.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> g = Grammar.from_json_schema({"type": "array", "uniqueItems": True}, tok)
+            >>> g.check(tok.encode("[1, 2]")) is None, g.check(tok.encode("[1, 1]"))[:14]
+            (True, '#/uniqueItems:')
+        """
+        if getattr(self, "_final_check", None) is None:
+            return None
+        vocab = self.vocabulary
+        if vocab is None:  # pragma: no cover - checks come only with a tokenizer's grammars
+            raise GrammarError("internal: a grammar with a check has no vocabulary")
+        return self.check_text(vocab.decode(int(t) for t in token_ids).decode("utf-8", "replace"))
+
+    def check_text(self, text: str) -> str | None:
+        """:meth:`check` of a text (``None``: it passes, or there is no check).
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_json_schema({"type": "string", "format": "hostname"},
+            ...                              load_default_tokenizer())
+            >>> g.check_text('"xn--bcher-kva.example"') is None, g.check_text('"xn--X"')[:9]
+            (True, '#/format:')
+        """
+        final = getattr(self, "_final_check", None)
+        return None if final is None else final(text)
+
+    def _attach_check(self, check: Callable[[str], str | None], checked: tuple[Any, ...]) -> None:
+        """Give a grammar being compiled its exact final check (the compiler calls this before
+        anyone holds the grammar; compiled grammars never change)."""
+        self._final_check = check
+        self._checked = tuple(checked)
 
     # -- derived ------------------------------------------------------------------------------
 

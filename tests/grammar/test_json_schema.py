@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import pytest
@@ -195,24 +196,56 @@ def test_strict_objects_and_the_spec_language(smol_tokenizer):
     ("schema", "match"),
     [
         ({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-         "#/uniqueItems: uniqueness over infinitely many"),
+         "#/uniqueItems: uniqueness over items"),
         ({"type": "string", "pattern": "^(?!x)"}, "#/pattern: .* look-around"),
         ({"type": "string", "pattern": "(a)\\1"}, "backreference"),
-        ({"$ref": "https://example.com/s.json"}, "points outside this schema"),
         ({"type": "array", "contains": {"type": "integer"}}, "#/contains"),
-        ({"type": "string", "format": "regex"}, "#/format: format 'regex' cannot be enforced"),
-        ({"type": "object", "unevaluatedProperties": False}, "unevaluatedProperties"),
+        ({"type": "string", "format": "regex"}, "#/format: format 'regex'"),
+        ({"type": "object", "unevaluatedProperties": False, "anyOf": [{"required": ["a"]}]},
+         "#/unevaluatedProperties"),
         ({"type": "string", "not": {"pattern": "a"}}, "#/not: its complement"),
         # inside a referenced definition (and its strict copy): the user's pointer, not the
         # name of hf_fvo's hoisted copy
         ({"definitions": {"tags": {"type": "array", "items": {}, "uniqueItems": True}},
           "properties": {"t": {"$ref": "#/definitions/tags"}}},
-         "^#/definitions/tags/uniqueItems: uniqueness"),
+         "^#/definitions/tags/uniqueItems: uniqueness over items"),
         ({"$defs": {"n": {"properties": {"name": {"type": "string", "not": {"pattern": "a"}}}}},
           "properties": {"x": {"$ref": "#/$defs/n"}}},
          "^#/\\$defs/n/properties/name/not: its complement"),
         ({"oneOf": [{"type": "string", "pattern": "a"}, {"type": "string", "pattern": "b"}]},
          "#/oneOf: branches 0 and 1 may both match"),
+    ],
+)  # fmt: skip
+def test_what_no_grammar_says_is_left_to_a_check_that_names_it(smol_tokenizer, schema, match):
+    with pytest.raises(UnsupportedSchemaError, match=match):
+        Grammar.from_json_schema(schema, smol_tokenizer, checks=False)
+    g = Grammar.from_json_schema(schema, smol_tokenizer)
+    assert any(re.search(match, str(c)) for c in g.checked), g.checked
+
+
+@pytest.mark.parametrize(
+    ("schema", "refusal", "keyword", "valid", "invalid"),
+    [
+        ({"type": "number", "multipleOf": 0.123456789}, "multipleOf", "multipleOf",
+         "0.246913578", "0.2469135"),
+        ({"type": "string", "pattern": "(?:a$|b)c"}, "lookarounds", "pattern", '"xbc"', '"ac"'),
+    ],
+)  # fmt: skip
+def test_what_the_engine_refuses_is_retried_with_a_check(
+    smol_tokenizer, schema, refusal, keyword, valid, invalid
+):
+    with pytest.raises(UnsupportedSchemaError, match=refusal):
+        Grammar.from_json_schema(schema, smol_tokenizer, checks=False)
+    g = Grammar.from_json_schema(schema, smol_tokenizer)
+    assert [c.keyword for c in g.checked] == [keyword]
+    assert accepts(g, smol_tokenizer, valid) and g.check_text(valid) is None
+    assert g.check_text(invalid) is not None
+
+
+@pytest.mark.parametrize(
+    ("schema", "match"),
+    [
+        ({"$ref": "https://example.com/s.json"}, "points outside this schema"),
         ({"type": "object", "required": "a"}, "#/required: required must be an array"),
         ({"type": "object", "properties": [1]}, "#/properties: properties must be an object"),
         ({"type": "foo"}, "#/type: unknown type 'foo'"),
@@ -223,7 +256,7 @@ def test_strict_objects_and_the_spec_language(smol_tokenizer):
         ([1, 2], "must be a dict"),
     ],
 )  # fmt: skip
-def test_unenforceable_or_malformed_schemas_are_refused_by_name(smol_tokenizer, schema, match):
+def test_malformed_schemas_and_remote_references_are_refused_by_name(smol_tokenizer, schema, match):
     with pytest.raises(UnsupportedSchemaError, match=match):
         Grammar.from_json_schema(schema, smol_tokenizer)
 

@@ -215,7 +215,7 @@ def translate_error(message: str, source: str) -> GrammarError:
     head = text.split(" | ")[0][:400]
     if "Unsatisfiable" in text or ("is empty" in text and "Unable" not in text):
         return EmptyLanguageError(f"{source}: the grammar admits no text ({head})")
-    if "too big" in text or "too large" in text or "limit" in text:
+    if "too big" in text or "too large" in text or "limit" in text or "u16::MAX" in text:
         return GrammarTooLargeError(f"{source}: {head}")
     if source.startswith("json_schema"):
         return UnsupportedSchemaError(f"{source}: {head}")

@@ -17,6 +17,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 MAX_DEPTH = 256  # deeper schemas are refused (prepare) or read as open (finite)
@@ -26,6 +27,26 @@ Intersect = Callable[[tuple[str, ...]], bool]
 in the tuple. The grammar compiler passes the pushdown engine's."""
 
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A constraint of the user's schema that the masks do not enforce (they enforce a superset
+    there) and an exact check of the finished text does: where, which keyword, and why."""
+
+    pointer: str
+    keyword: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.pointer}: {self.reason}"
+
+
+CHECKED = "\x00checked"
+"""The key under which a cleaned schema lists keywords it dropped for an exact check of the
+finished text (:mod:`hf_fvo.grammar.schema.check`): the node's language is *smaller* than the
+rest of it says, so every reading here treats the node as opaque (no complement, no "all of a
+kind"), and the rewrite removes the key before the engine sees the schema."""
 
 
 def definitions_of(root: Any) -> dict[str, Any]:
@@ -194,7 +215,7 @@ def on_kind(node: Any, kind: str, defs: dict[str, Any], depth: int = 0) -> str |
         return None
     if kind == "number" and "number" not in declared_types(node, defs):
         return None  # integers only
-    if any(key in node for key in _KIND_KEYWORDS[kind]):
+    if CHECKED in node or any(key in node for key in _KIND_KEYWORDS[kind]):
         return None
     parts = list(node.get("allOf", []))
     if "$ref" in node:

@@ -8,7 +8,8 @@ Where an RFC constrains more than syntax, the constraint is built in when it is 
 respect month lengths and leap years, and a leap second (``:60``) is accepted exactly when the
 time converted to UTC is 23:59 (RFC 3339 §5.7). Formats whose definition is not regular or not
 finite to state (``regex``: ECMA-262 syntax; ``idn-email``/``idn-hostname``: IDNA2008's
-contextual rules) are not in :data:`FORMATS`; the schema layer refuses them.
+contextual rules) are not in :data:`FORMATS`: :data:`FORMAT_CHECKS` lists them (and
+``hostname``, whose ``xn--`` labels must decode), for the exact check at the string's end.
 
 Example:
     >>> import re
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FORMATS", "REFUSED_FORMATS", "format_schema"]
+__all__ = ["FORMATS", "FORMAT_CHECKS", "format_schema"]
 
 _DIGIT = "[0-9]"
 _HEX = "[0-9a-fA-F]"
@@ -148,7 +149,7 @@ def _uri_parts(iri: bool) -> dict[str, str]:
     segment_nz = f"{pchar}+"
     segment_nz_nc = f"(?:[{unreserved}{_SUB_DELIMS}@]|{_PCT})+"
     userinfo = f"(?:[{unreserved}{_SUB_DELIMS}:]|{_PCT})*"
-    ip_future = f"v{_HEX}+\\.[{_UNRESERVED}{_SUB_DELIMS}:]+"
+    ip_future = f"[vV]{_HEX}+\\.[{_UNRESERVED}{_SUB_DELIMS}:]+"  # "v" is case-insensitive
     reg_name = f"(?:[{unreserved}{_SUB_DELIMS}]|{_PCT})*"
     host = f"(?:\\[(?:{_IPV6}|{ip_future})\\]|{_IPV4}|{reg_name})"
     authority = f"(?:{userinfo}@)?{host}(?::[0-9]*)?"
@@ -170,7 +171,8 @@ _URI = _uri_parts(iri=False)
 _IRI = _uri_parts(iri=True)
 
 # RFC 6570 URI templates: literals and expressions {op varspec,...}.
-_TEMPLATE_LITERAL = f"(?:[!#$&()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~{_UCSCHAR}{_IPRIVATE}]|{_PCT})"
+# literals: RFC 6570 §2.1 with its erratum 6937 (the apostrophe, %x27, is a literal)
+_TEMPLATE_LITERAL = f"(?:[!#$&'()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~{_UCSCHAR}{_IPRIVATE}]|{_PCT})"
 _VARCHAR = f"(?:[A-Za-z0-9_]|{_PCT})"
 _VARNAME = f"{_VARCHAR}(?:\\.?{_VARCHAR})*"
 _VARSPEC = f"{_VARNAME}(?::[1-9][0-9]{{0,3}}|\\*)?"
@@ -237,9 +239,11 @@ def format_schema(name: str, *, single_pattern: bool = False) -> dict[str, Any]:
     return out
 
 
-REFUSED_FORMATS: dict[str, str] = {
+FORMAT_CHECKS: dict[str, str] = {
+    "hostname": "its xn-- labels must decode to IDNA2008 labels",
     "regex": "ECMA-262 regular-expression syntax is context-free, not regular",
-    "idn-email": "IDNA2008's contextual and bidirectional rules are not built",
-    "idn-hostname": "IDNA2008's contextual and bidirectional rules are not built",
+    "idn-email": "IDNA2008's contextual and bidirectional rules",
+    "idn-hostname": "IDNA2008's contextual and bidirectional rules",
 }
-"""Formats JSON Schema defines but hf_fvo cannot enforce exactly, with the reason."""
+"""Formats whose masks over-approximate (``hostname``: its syntax; the others: any string), with
+what the exact check of :mod:`hf_fvo.grammar.schema.check` adds."""

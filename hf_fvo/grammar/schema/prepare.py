@@ -30,12 +30,12 @@ from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
 from hf_fvo.errors import GrammarError, UnsupportedSchemaError
-from hf_fvo.grammar.schema.facts import MAX_DEPTH, Intersect, is_number
-from hf_fvo.grammar.schema.formats import FORMATS, REFUSED_FORMATS, format_schema
+from hf_fvo.grammar.schema.facts import CHECKED, MAX_DEPTH, Checked, Intersect, is_number
+from hf_fvo.grammar.schema.formats import FORMAT_CHECKS, FORMATS, format_schema
 from hf_fvo.grammar.schema.rewrite import rewrite_logic
 from hf_fvo.grammar.schema.strict import apply_strict
 
-__all__ = ["PreparedSchema", "load_json_schema", "prepare_json_schema"]
+__all__ = ["Checked", "PreparedSchema", "load_json_schema", "prepare_json_schema"]
 
 _TYPES = ("null", "boolean", "object", "array", "number", "integer", "string")
 _ANNOTATIONS = {
@@ -60,14 +60,17 @@ _FORMAT = "\x00format"  # where a keyword handler leaves an enforced format for 
 
 @dataclass(frozen=True)
 class PreparedSchema:
-    """A schema the engine enforces exactly, and what was dropped because it constrains nothing.
+    """A schema the engine enforces, and what it does not say: what was dropped because it
+    constrains nothing, and what an exact check of the finished text must decide.
 
     ``ignored`` lists ``(JSON pointer, keyword)`` for ``format`` values the spec does not define
-    (the spec makes them annotations); unknown keywords are not listed.
+    (the spec makes them annotations); unknown keywords are not listed. ``checked`` lists the
+    constraints the schema here only over-approximates (empty: it is exactly the language).
     """
 
     schema: Any
     ignored: tuple[tuple[str, str], ...] = ()
+    checked: tuple[Checked, ...] = ()
 
     @property
     def text(self) -> str:
@@ -116,9 +119,18 @@ def load_json_schema(schema: Any) -> Any:
 
 
 def prepare_json_schema(
-    schema: Any, *, strict: bool = True, intersect: Intersect | None = None
+    schema: Any,
+    *,
+    strict: bool = True,
+    intersect: Intersect | None = None,
+    checks: bool = False,
+    formats: str = "assert",
+    decimal_multiples: bool = True,
+    inner_anchors: bool = True,
 ) -> PreparedSchema:
-    """Rewrite ``schema`` into an exactly equivalent schema the pushdown engine enforces.
+    """Rewrite ``schema`` into an exactly equivalent schema the pushdown engine enforces, or
+    (``checks=True``) into the tightest superset it enforces plus the list of constraints an
+    exact check of the finished text must decide.
 
     Args:
         schema: Anything :func:`load_json_schema` accepts.
@@ -128,10 +140,23 @@ def prepare_json_schema(
         intersect: The oracle for pattern questions (:data:`.facts.Intersect`);
             :func:`hf_fvo.grammar.prepare_json_schema` passes the pushdown engine's. Without
             one, patterns are assumed to share strings (sound; some schemas are then refused).
+        checks: Where a constraint has no exact grammar (``uniqueItems`` over unbounded items,
+            ``unevaluated*``, ``contains`` counts, the complement of a pattern, look-around,
+            IDNA formats, …), relax it to a superset and list it in ``checked`` instead of
+            refusing. Relaxing respects polarity: inside ``not``, ``if`` or a ``oneOf`` branch
+            that must be complemented, the whole construct is relaxed.
+        formats: ``"assert"`` (default: ``format`` is a constraint, what a user who writes
+            ``"format": "date"`` wants from a generator) or ``"annotation"`` (the 2019-09 and
+            2020-12 default: ``format`` constrains nothing).
+        decimal_multiples: ``False`` (with ``checks``) leaves every fractional ``multipleOf``
+            to the check (for an engine that refuses one).
+        inner_anchors: ``False`` (with ``checks``) leaves patterns with ``^`` or ``$`` inside
+            them (not only at their ends) to the check (llguidance reads those as look-around).
 
     Raises:
-        UnsupportedSchemaError: an assertion that cannot be enforced exactly, naming the
-            keyword and its JSON pointer; or a malformed schema.
+        UnsupportedSchemaError: an assertion that cannot be enforced exactly (without
+            ``checks``), naming the keyword and its JSON pointer; a malformed schema, or a
+            reference the document does not resolve.
 
     Example:
         >>> from hf_fvo.grammar.schema.prepare import prepare_json_schema
@@ -140,17 +165,24 @@ def prepare_json_schema(
         >>> prepared.schema
         {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'additionalProperties': False}
     """
+    if formats not in ("assert", "annotation"):
+        raise UnsupportedSchemaError(f"formats must be 'assert' or 'annotation', got {formats!r}")
     raw = load_json_schema(schema)
-    cleaner = _Cleaner(raw)
+    checked: list[Checked] | None = [] if checks else None
+    cleaner = _Cleaner(raw, checked, formats=formats)
+    cleaner.inner_anchors = inner_anchors
     root = cleaner.run()
     try:
         if strict:
             root = apply_strict(root)
-        root = rewrite_logic(root, intersect)
+        root = rewrite_logic(root, intersect, checked, decimal_multiples=decimal_multiples)
     except GrammarError as exc:  # name the user's definitions, not their hoisted copies
         exc.args = (cleaner.user_pointers(str(exc)), *exc.args[1:])
         raise
-    return PreparedSchema(root, tuple(cleaner.ignored))
+    found = tuple(
+        Checked(cleaner.user_pointers(c.pointer), c.keyword, c.reason) for c in checked or ()
+    )
+    return PreparedSchema(root, tuple(cleaner.ignored), tuple(dict.fromkeys(found)))
 
 
 # -- cleaning --------------------------------------------------------------------------------
@@ -164,13 +196,24 @@ def _pointer(path: str, key: str | int) -> str:
 class _Cleaner:
     """Copies the schema keeping only understood keywords; resolves and hoists every $ref."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, checked: list[Checked] | None = None,
+                 formats: str = "assert") -> None:  # fmt: skip
         self.raw = raw
         self.ignored: list[tuple[str, str]] = []
+        self.checked = checked  # None: refuse what has no exact grammar
+        self.formats = formats
+        self.inner_anchors = True  # False: patterns with ^ or $ inside go to the check
         self.draft = _draft_of(raw)
         self.resources: dict[str, Any] = {}  # absolute base URI → raw node
         self.anchors: dict[str, Any] = {}  # absolute URI with #anchor → raw node
+        self.dynamic: dict[str, list[str]] = {}  # $dynamicAnchor name → absolute URIs
+        self.bases: dict[int, str] = {}  # id() of each resource node → its absolute URI
+        self.recursive: list[str] = []  # resources with "$recursiveAnchor": true
         self._index(raw, _ROOT_URI, "#", 0)
+        ident = raw.get("$id", raw.get("id")) if isinstance(raw, dict) else None
+        self.root_base = (
+            urldefrag(_join(_ROOT_URI, ident))[0] if isinstance(ident, str) else (_ROOT_URI)
+        )
         self.hoisted: dict[str, str] = {}  # absolute target URI → $defs name
         self.defs: dict[str, Any] = {}
 
@@ -184,6 +227,24 @@ class _Cleaner:
             root = {**root, "$defs": {**root.get("$defs", {}), **self.defs}}
         return root
 
+    def identifier(self, node: dict[str, Any]) -> Any:
+        """The node's ``$id`` (draft-04: ``id``); before 2019-09 a ``$ref`` beside it makes it
+        void, as it does every sibling."""
+        if "$ref" in node and self.draft in _DRAFTS_REF_OVERRIDES:
+            return None
+        ident = node.get("$id")
+        if not isinstance(ident, str) and self.draft in ("draft-03", "draft-04"):
+            ident = node.get("id")
+        return ident
+
+    def relax(self, out: dict[str, Any], path: str, keyword: str, why: str) -> None:
+        """Leave ``keyword`` at ``path`` to the final check (its node then only
+        over-approximates: marked :data:`~.facts.CHECKED`), or refuse it, naming it."""
+        if self.checked is None:
+            raise UnsupportedSchemaError(f"{path}: {why}")
+        self.checked.append(Checked(path, keyword, why))
+        out.setdefault(CHECKED, []).append(keyword)
+
     def user_pointers(self, message: str) -> str:
         """``message`` with each hoisted definition (``#/$defs/hf_fvo_ref3``, or a strict copy
         of one) replaced by where the schema defines it (``#/definitions/address``)."""
@@ -196,19 +257,25 @@ class _Cleaner:
     def _index(self, node: Any, base: str, path: str, depth: int) -> None:
         if depth > MAX_DEPTH or not isinstance(node, dict):
             return
-        ident = node.get("$id")
-        if not isinstance(ident, str) and self.draft in ("draft-03", "draft-04"):
-            ident = node.get("id")
+        ident = self.identifier(node)
         if isinstance(ident, str):
-            base = urljoin(base, ident)
+            base = _join(base, ident)
             bare, fragment = urldefrag(base)
             self.resources.setdefault(bare, node)
+            if not fragment:
+                self.bases.setdefault(id(node), bare)
             if fragment and not fragment.startswith("/"):
                 self.anchors.setdefault(base, node)  # draft-04/06 "id": "#name"
             base = bare
         anchor = node.get("$anchor")
         if isinstance(anchor, str):
             self.anchors.setdefault(f"{base}#{anchor}", node)
+        dynamic = node.get("$dynamicAnchor")
+        if isinstance(dynamic, str):  # also a plain anchor
+            self.anchors.setdefault(f"{base}#{dynamic}", node)
+            self.dynamic.setdefault(dynamic, []).append(f"{base}#{dynamic}")
+        if node.get("$recursiveAnchor") is True and ("$id" in node or depth == 0):
+            self.recursive.append(base)
         for key, value in node.items():
             if key in ("enum", "const", "default", "examples", "example"):
                 continue
@@ -224,16 +291,18 @@ class _Cleaner:
 
     def resolve(self, ref: str, base: str, path: str) -> tuple[str, Any, str]:
         """(absolute URI, raw target, base URI of the target) of a $ref."""
-        # fragment-only references stay in the current resource (urljoin knows no "urn:")
-        target = urldefrag(base)[0] + ref if ref.startswith("#") else urljoin(base, ref)
+        target = _join(base, ref)
         bare, fragment = urldefrag(target)
         doc = self.resources.get(bare)
         if doc is None and bare == _ROOT_URI:
             doc = self.raw
         if doc is None:
+            doc = self.meta_schema(bare)
+        if doc is None:
             raise UnsupportedSchemaError(
                 f"{path}: $ref {ref!r} points outside this schema; hf_fvo resolves references "
-                "inside the document only (no network): inline the referenced schema"
+                "inside the document and to the JSON Schema meta-schemas only (no network): "
+                "inline the referenced schema"
             )
         if not fragment:
             return bare, doc, bare
@@ -250,12 +319,56 @@ class _Cleaner:
                 node = node[int(key)]
             elif isinstance(node, dict) and key in node:
                 node = node[key]
-                ident = node.get("$id") if isinstance(node, dict) else None
+                ident = self.identifier(node) if isinstance(node, dict) else None
                 if isinstance(ident, str):
-                    node_base = urldefrag(urljoin(node_base, ident))[0]
+                    node_base = urldefrag(_join(node_base, ident))[0]
             else:
                 raise UnsupportedSchemaError(f"{path}: $ref {ref!r} points to nothing")
         return f"{bare}#{fragment}", node, node_base
+
+    def meta_schema(self, uri: str) -> Any:
+        """A draft's meta-schema (or one of 2019-09/2020-12's vocabularies), shipped with
+        ``jsonschema-specifications``, indexed as a resource of this document; ``None`` for
+        any other URI."""
+        from jsonschema_specifications import REGISTRY
+
+        key = uri.rstrip("#")
+        if key not in REGISTRY:
+            return None
+        doc = REGISTRY.contents(key)
+        if key not in self.resources:
+            self.resources[key] = doc
+            self._index(doc, key, "#", 1)
+            for vocab in REGISTRY:  # its vocabularies are reached through its own $refs
+                if vocab.startswith(key.rsplit("/", 1)[0] + "/meta/"):
+                    self.resources.setdefault(vocab, REGISTRY.contents(vocab))
+                    self._index(REGISTRY.contents(vocab), vocab, "#", 1)
+        return doc
+
+    def dynamic_target(self, key: str, ref: Any, base: str, path: str) -> str | None:
+        """The one target a ``$dynamicRef``/``$recursiveRef`` can have, as an absolute URI, or
+        ``None`` where it depends on the path the evaluation took."""
+        if not isinstance(ref, str):
+            raise UnsupportedSchemaError(f"{path}: {key} must be a string, got {ref!r}")
+        uri, target, _ = self.resolve(ref, base, path)
+        if key == "$recursiveRef":
+            if not (isinstance(target, dict) and target.get("$recursiveAnchor") is True):
+                return uri  # no recursive anchor at the target: an ordinary reference
+            if self.root_base in self.recursive or len(set(self.recursive)) == 1:
+                return self.root_base if self.root_base in self.recursive else self.recursive[0]
+            return None
+        name = urldefrag(uri)[1]
+        if (
+            not name
+            or name.startswith("/")
+            or not (isinstance(target, dict) and target.get("$dynamicAnchor") == name)
+        ):
+            return uri  # not a dynamic anchor: an ordinary reference
+        holders = list(dict.fromkeys(self.dynamic.get(name, [])))
+        root = f"{self.root_base}#{name}"
+        if root in holders:
+            return root  # the outermost scope always holds the root resource
+        return holders[0] if len(holders) == 1 else None
 
     def ref(self, ref: Any, base: str, path: str, depth: int) -> str:
         if not isinstance(ref, str):
@@ -281,11 +394,11 @@ class _Cleaner:
         if not isinstance(node, dict):
             raise UnsupportedSchemaError(f"{path}: a schema must be an object or a boolean, got "
                                          f"{_short(node)}")  # fmt: skip
-        ident = node.get("$id")
-        if not isinstance(ident, str) and self.draft in ("draft-03", "draft-04"):
-            ident = node.get("id")
-        if isinstance(ident, str):
-            base = urldefrag(urljoin(base, ident))[0]
+        ident = self.identifier(node)
+        if id(node) in self.bases:  # a resource: its absolute URI, however it was reached
+            base = self.bases[id(node)]
+        elif isinstance(ident, str):
+            base = urldefrag(_join(base, ident))[0]
         if "$ref" in node and self.draft in _DRAFTS_REF_OVERRIDES:
             # before 2019-09, $ref replaces the whole schema: its siblings are ignored
             return {"$ref": self.ref(node["$ref"], base, path, depth)}
@@ -305,6 +418,9 @@ class _Cleaner:
             if handler is None:
                 continue  # an unknown keyword is an annotation (JSON Schema §6.5)
             handler(self, out, node, key, value, here, base, depth)
+        if "patternProperties" in out.get(CHECKED, ()):  # a pattern no engine compiles
+            out.pop("patternProperties", None)
+            out["additionalProperties"] = True  # the keys it may match: any (strict included)
         if _FORMAT in out:
             return self.with_format(out, out.pop(_FORMAT))
         return out
@@ -331,6 +447,14 @@ class _Cleaner:
         return out
 
 
+def _join(base: str, ref: str) -> str:
+    """``ref`` resolved against ``base`` (RFC 3986), also where ``base`` is a URN, which
+    ``urljoin`` does not resolve against: a fragment stays in the base's resource."""
+    if ref.startswith("#"):
+        return urldefrag(base)[0] + ref
+    return urljoin(base, ref)
+
+
 def _draft_of(raw: Any) -> str:
     uri = raw.get("$schema") if isinstance(raw, dict) else None
     if not isinstance(uri, str):
@@ -355,7 +479,11 @@ def _sub(c: _Cleaner, value: Any, path: str, base: str, depth: int) -> Any:
 
 
 def _h_ref(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
-    out["$ref"] = c.ref(value, base, path.rsplit("/", 1)[0], depth)
+    ref = c.ref(value, base, path.rsplit("/", 1)[0], depth)
+    if "$ref" in out:  # a resolved $dynamicRef came first: both apply
+        out.setdefault("allOf", []).append({"$ref": ref})
+    else:
+        out["$ref"] = ref
 
 
 def _h_type(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
@@ -410,35 +538,64 @@ def _h_count(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
 def _check_regex(pattern: Any, path: str, what: str) -> str:
     if not isinstance(pattern, str):
         raise UnsupportedSchemaError(f"{path}: {what} must be a string, got {_short(pattern)}")
-    if _LOOKAROUND.search(pattern):
-        raise UnsupportedSchemaError(
-            f"{path}: {what} {pattern!r} uses look-around, which the regex engines hf_fvo "
-            "builds on (Rust regex syntax: llguidance, outlines-core) do not compile, though a "
-            "bounded look-around is regular; rewrite it without (?=, (?!, (?<= or (?<!"
-        )
-    if _BACKREFERENCE.search(pattern):
-        raise UnsupportedSchemaError(
-            f"{path}: {what} {pattern!r} uses a backreference, which is not regular"
-        )
     return pattern
 
 
+def _regex_problem(pattern: str, what: str) -> str | None:
+    """Why the grammar engines cannot compile ``pattern`` (look-around, backreferences), if so."""
+    if _LOOKAROUND.search(pattern):
+        return (
+            f"{what} {pattern!r} uses look-around, which the regex engines hf_fvo builds on "
+            "(Rust regex syntax: llguidance, outlines-core) do not compile"
+        )
+    if _BACKREFERENCE.search(pattern):
+        return f"{what} {pattern!r} uses a backreference, which is not regular"
+    return None
+
+
+def _inner_anchor(pattern: str) -> bool:
+    """Whether ``pattern`` has ``^`` or ``$`` other than at its very start or end (outside
+    character classes and escapes)."""
+    in_class, i = False, 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "^":
+                i += 1
+        elif (ch == "^" and i > 0) or (ch == "$" and i < len(pattern) - 1):
+            return True
+        i += 1
+    return False
+
+
 def _h_pattern(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
-    out["pattern"] = _check_regex(value, path, "pattern")
+    problem = _regex_problem(_check_regex(value, path, "pattern"), "pattern")
+    if problem is None and not c.inner_anchors and _inner_anchor(value):
+        problem = f"pattern {value!r} has an anchor inside it, which llguidance does not compile"
+    if problem is None:
+        out["pattern"] = value
+    else:
+        c.relax(out, path, "pattern", problem)
 
 
 def _h_format(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
     if not isinstance(value, str):
         raise UnsupportedSchemaError(f"{path}: format must be a string, got {_short(value)}")
-    if value in REFUSED_FORMATS:
-        raise UnsupportedSchemaError(
-            f"{path}: format {value!r} cannot be enforced exactly ({REFUSED_FORMATS[value]}); "
-            "remove it or replace it with a pattern"
-        )
-    if value not in FORMATS:
+    if value not in FORMATS and value not in FORMAT_CHECKS:
         c.ignored.append((path, f"format {value!r}"))
         return
-    out[_FORMAT] = value
+    if c.formats == "annotation":
+        return  # 2019-09/2020-12's default: format constrains nothing
+    if value in FORMAT_CHECKS:
+        c.relax(out, path, "format", f"format {value!r}: {FORMAT_CHECKS[value]}")
+    if value in FORMATS:
+        out[_FORMAT] = value
 
 
 def _h_items(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
@@ -465,7 +622,13 @@ def _h_schema_map(c: _Cleaner, out, node, key, value, path, base, depth) -> None
                                      f"got {_short(value)}")  # fmt: skip
     if key == "patternProperties":
         for pattern in value:
-            _check_regex(pattern, _pointer(path, pattern), "patternProperties key")
+            problem = _regex_problem(
+                _check_regex(pattern, _pointer(path, pattern), "patternProperties key"),
+                "patternProperties key",
+            )
+            if problem is not None:  # keys it may match: any; the check decides
+                c.relax(out, _pointer(path, pattern), "patternProperties", problem)
+                return
     out[key] = {name: _sub(c, s, _pointer(path, name), base, depth) for name, s in value.items()}
 
 
@@ -512,21 +675,42 @@ def _h_unique(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
         out["uniqueItems"] = True
 
 
+_APPLICATORS = {"allOf", "anyOf", "oneOf", "if", "$ref", "$dynamicRef", "$recursiveRef",
+                "dependentSchemas", "dependencies"}  # fmt: skip
+
+
 def _h_unevaluated(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
     if value is True:
         return
-    raise UnsupportedSchemaError(
-        f"{path}: {key} is not supported (it depends on which keywords evaluated each "
-        "property or item); express the same with additionalProperties/items"
-    )
+    siblings = set(node) & _APPLICATORS
+    if key == "unevaluatedProperties" and not siblings:
+        # only this node's properties/patternProperties/additionalProperties evaluate keys
+        if "additionalProperties" not in node:
+            out["additionalProperties"] = _sub(c, value, path, base, depth)
+        return
+    if key == "unevaluatedItems" and not siblings and "contains" not in node:
+        # only this node's items/prefixItems (additionalItems) evaluate items
+        rest_open = isinstance(node.get("items"), list) and "additionalItems" not in node
+        if "items" not in node or rest_open:
+            out["items"] = _sub(c, value, path, base, depth)
+        return
+    c.relax(out, path, key, "which keywords evaluated each property or item depends on the "
+            "instance through the applicators beside it")  # fmt: skip
 
 
-def _h_refuse(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
-    reasons = {
-        "$dynamicRef": "dynamic references are not resolved",
-        "$recursiveRef": "recursive references are not resolved",
-    }
-    raise UnsupportedSchemaError(f"{path}: {key} is not supported ({reasons[key]})")
+def _h_dynamic(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
+    """``$dynamicRef`` / ``$recursiveRef``, resolved statically where the dynamic scope cannot
+    change the target (the initial target is no dynamic anchor, the document's root resource
+    holds the anchor, or a single resource does); otherwise left to the check."""
+    target = c.dynamic_target(key, value, base, path)
+    if target is None:
+        c.relax(out, path, key, "the target depends on the dynamic scope of the evaluation")
+    else:
+        ref = c.ref(target, base, path.rsplit("/", 1)[0], depth)
+        if "$ref" in out:  # beside a $ref: both apply
+            out.setdefault("allOf", []).append({"$ref": ref})
+        else:
+            out["$ref"] = ref
 
 
 def _h_contains(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
@@ -557,8 +741,8 @@ _HANDLERS = {
     "uniqueItems": _h_unique,
     "unevaluatedProperties": _h_unevaluated,
     "unevaluatedItems": _h_unevaluated,
-    "$dynamicRef": _h_refuse,
-    "$recursiveRef": _h_refuse,
+    "$dynamicRef": _h_dynamic,
+    "$recursiveRef": _h_dynamic,
     "contains": _h_contains,
     "minContains": _h_contains,
     "maxContains": _h_contains,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import re
 from typing import Any
 
@@ -26,6 +27,8 @@ from hf_fvo.errors import UnsupportedSchemaError
 from hf_fvo.grammar.schema.disjoint import disjoint
 from hf_fvo.grammar.schema.facts import (
     ALL_TYPES,
+    CHECKED,
+    Checked,
     Intersect,
     all_of,
     any_of,
@@ -62,9 +65,13 @@ class _Logic:
     written (``raw_defs``, the operands before their own rewrite: ``not: {enum: …}`` is still an
     ``enum`` there, not the pattern it becomes) and then rewritten themselves."""
 
-    def __init__(self, root: Any, intersect: Intersect | None) -> None:
+    def __init__(
+        self, root: Any, intersect: Intersect | None, checked: list[Checked] | None = None
+    ) -> None:
         self.root = root
         self.patterns_intersect = intersect
+        self.checked = checked  # None: refuse what has no exact form
+        self.decimal_multiples = True  # False: a fractional multipleOf is left to the check
         self.defs = definitions_of(root)
         self.raw_defs = copy.deepcopy(self.defs)
 
@@ -72,6 +79,13 @@ class _Logic:
         return disjoint(
             a, b, self.defs if defs is None else defs, intersect=self.patterns_intersect
         )
+
+    def relax(self, path: str, keyword: str, why: str) -> None:
+        """Leave ``keyword`` at ``path`` to the final check (the caller builds a superset
+        there), or refuse it, naming it."""
+        if self.checked is None:
+            raise UnsupportedSchemaError(f"{path}: {why}")
+        self.checked.append(Checked(path, keyword, why))
 
     def negate(
         self, node: Any, context: Any = None, defs: dict[str, Any] | None = None
@@ -92,6 +106,7 @@ class _Logic:
             return node
         raw = node
         node = dict(node)
+        node.pop(CHECKED, None)  # listed by the cleaner: from here on a superset
         for key in ("properties", "patternProperties", "dependentSchemas"):
             if key in node:
                 node[key] = {k: self.node(v, f"{path}/{key}/{k}") for k, v in node[key].items()}
@@ -106,12 +121,15 @@ class _Logic:
         if "not" in node:
             node.pop("not")
             negs = self.negate(raw["not"], _context(raw), self.raw_defs)
-            if negs is None:
-                raise UnsupportedSchemaError(
-                    f"{path}/not: its complement cannot be built exactly (it negates a pattern, "
-                    "multipleOf, items, uniqueItems or an open object)"
+            if negs is None:  # relaxed: no constraint from "not" in the masks
+                self.relax(
+                    f"{path}/not",
+                    "not",
+                    "its complement cannot be built exactly (it "
+                    "negates a pattern, multipleOf, items, uniqueItems or an open object)",
                 )
-            conj.append(self.node(any_of(negs), f"{path}/not"))
+            else:
+                conj.append(self.node(any_of(negs), f"{path}/not"))
         if "if" in node:
             conj.append(self.conditional(node, raw, path))
         # keys that require the same names form one condition: (no such key) or (the names)
@@ -129,9 +147,13 @@ class _Logic:
             node = self.property_names(node, path)
         if "uniqueItems" in node:
             node = self.unique_items(node, path)
-        if "contains" in node:
-            raise UnsupportedSchemaError(
-                f"{path}/contains: contains/minContains/maxContains are not supported"
+        if "contains" in node:  # relaxed: any items
+            for key in ("contains", "minContains", "maxContains"):
+                node.pop(key, None)
+            self.relax(
+                f"{path}/contains",
+                "contains",
+                "counting the items that match a schema is not expressed in the grammar",
             )
         if "oneOf" in node:
             conj.append(self.one_of(node.pop("oneOf"), raw["oneOf"], path))
@@ -144,6 +166,13 @@ class _Logic:
                 conj.extend(counts)
         if conj:
             node["allOf"] = [*node.get("allOf", []), *conj]
+        if len(node.get("patternProperties", ())) > 1:
+            node = self.overlapping_patterns(node, path)
+        multiple = node.get("multipleOf")
+        if not self.decimal_multiples and multiple is not None and multiple != int(multiple):
+            node.pop("multipleOf")
+            self.relax(f"{path}/multipleOf", "multipleOf", f"multipleOf {multiple} has more "
+                       "digits than the engine's number grammar represents")  # fmt: skip
         if node.get("properties") and node.get("patternProperties"):
             node = self.universal_pattern(node)
         if node.get("properties") and node.get("patternProperties"):
@@ -288,6 +317,21 @@ class _Logic:
             stack.extend((i, m) for m in node.get("allOf", []))
         return [name for name, where in seen.items() if len(where) >= 2]
 
+    def overlapping_patterns(self, node: dict[str, Any], path: str) -> dict[str, Any]:
+        """``patternProperties`` whose patterns may match one key (the engine refuses them): a
+        key matching some pattern takes a value of some matching pattern's schema — one union
+        pattern whose schema is the union — and the check asks for all of them."""
+        patterns = node["patternProperties"]
+        oracle = self.patterns_intersect
+        if oracle is not None and not any(
+            oracle((a, b)) for a, b in itertools.combinations(patterns, 2)
+        ):
+            return node
+        self.relax(f"{path}/patternProperties", "patternProperties", "a key may match several "
+                   "patterns, and must then satisfy every matching pattern's schema")  # fmt: skip
+        union = "|".join(f"(?:{p})" for p in patterns)
+        return {**node, "patternProperties": {union: any_of(list(patterns.values()))}}
+
     def universal_pattern(self, node: dict[str, Any]) -> dict[str, Any]:
         """A pattern matching every key (``.*``) applies to the listed properties too; make that
         explicit — each listed property takes the intersection of its schema and the pattern's
@@ -362,11 +406,10 @@ class _Logic:
         condition = node.pop("if")
         then, otherwise = node.pop("then", True), node.pop("else", True)
         negs = self.negate(raw["if"], _context(raw), self.raw_defs)
-        if negs is None:
-            raise UnsupportedSchemaError(
-                f"{path}/if: the schemas failing 'if' cannot be described exactly, so else "
-                "cannot be applied"
-            )
+        if negs is None:  # relaxed: (if ∧ then) ∨ else ⊇ (if ∧ then) ∨ (¬if ∧ else)
+            self.relax(f"{path}/if", "if", "the schemas failing 'if' cannot be described "
+                       "exactly, so else cannot be applied")  # fmt: skip
+            negs = [True]
         failing = self.node(any_of(negs), f"{path}/if")
         return any_of(
             [p for p in (all_of([condition, then]), all_of([failing, otherwise])) if p is not False]
@@ -382,12 +425,11 @@ class _Logic:
                 if i == j or self.disjoint(raw[i], bj, self.raw_defs):
                     continue
                 negs = self.negate(bj, raw[i], self.raw_defs)
-                if negs is None:
-                    raise UnsupportedSchemaError(
-                        f"{path}/oneOf: branches {i} and {j} may both match and the instances "
-                        f"failing branch {j} cannot be described exactly, so 'exactly one' "
-                        "cannot be enforced; use anyOf if overlap is acceptable"
-                    )
+                if negs is None:  # relaxed: branch i without branch j's complement
+                    self.relax(f"{path}/oneOf", "oneOf", f"branches {i} and {j} may both match "
+                               f"and the instances failing branch {j} cannot be described "
+                               "exactly")  # fmt: skip
+                    continue
                 complements.append(negs)
             excluded = self.node(
                 _conjunction_of_unions(_absorbed(complements)), f"{path}/oneOf/{i}"
@@ -396,7 +438,8 @@ class _Logic:
             if part is not False:
                 parts.append(part)
         if len(parts) > _MAX_ALTERNATIVES:
-            raise UnsupportedSchemaError(f"{path}/oneOf: too many exclusive alternatives")
+            self.relax(f"{path}/oneOf", "oneOf", "too many exclusive alternatives")
+            return any_of(branches)
         return any_of(parts)
 
     def property_counts(self, node: dict[str, Any], path: str) -> list[Any] | None:
@@ -442,10 +485,9 @@ class _Logic:
         if sum(len(c["anyOf"]) if isinstance(c, dict) and "anyOf" in c else 1 for c in conj) > (
             _MAX_ALTERNATIVES
         ):
-            raise UnsupportedSchemaError(
-                f"{path}: minProperties/maxProperties over {k} optional properties need too many "
-                "alternatives"
-            )
+            self.relax(path, "minProperties", f"minProperties/maxProperties over {k} optional "
+                       "properties need too many alternatives")  # fmt: skip
+            return []
         return conj
 
     def property_names(self, node: dict[str, Any], path: str) -> dict[str, Any]:
@@ -459,7 +501,8 @@ class _Logic:
         if spec is False:
             return {**node, "maxProperties": 0}
         if node.get("patternProperties"):
-            raise UnsupportedSchemaError(f"{where}: not supported next to patternProperties")
+            self.relax(where, "propertyNames", "not expressed next to patternProperties")
+            return node
         props = dict(node.get("properties", {}))
         if values is not None and all(isinstance(v, str) for v in values):
             allowed = set(values)
@@ -480,9 +523,9 @@ class _Logic:
             if extra is not False and pattern:
                 result["patternProperties"] = {pattern: extra}
             return result
-        raise UnsupportedSchemaError(
-            f"{where}: only a finite set of names (enum/const) or a single pattern is supported"
-        )
+        self.relax(where, "propertyNames", "only a finite set of names (enum/const) or a single "
+                   "pattern is expressed in the grammar")  # fmt: skip
+        return node
 
     def unique_items(self, node: dict[str, Any], path: str) -> dict[str, Any]:
         """``uniqueItems`` where it is trivial (at most one item) or the items are finitely many
@@ -500,21 +543,22 @@ class _Logic:
             elif kinds == {"null"}:
                 values = [None]
         if values is None or node.get("prefixItems"):
-            raise UnsupportedSchemaError(
-                f"{path}/uniqueItems: uniqueness over infinitely many possible items is not "
-                "regular or context-free; it cannot be enforced by a grammar"
-            )
+            self.relax(f"{path}/uniqueItems", "uniqueItems", "uniqueness over items that are not "
+                       "finitely many constants is not context-free in general")  # fmt: skip
+            return node
         distinct = list({json_key(v): v for v in values}.values())
         low, high = node.pop("minItems", 0), node.pop("maxItems", len(distinct))
+        lengths = range(low, min(high, len(distinct)) + 1)
+        count = sum(math.perm(len(distinct), k) for k in lengths)  # before listing any
+        if count > _MAX_UNIQUE_SEQUENCES:
+            self.relax(f"{path}/uniqueItems", "uniqueItems",
+                       f"{count} repetition-free sequences; too many to list")  # fmt: skip
+            return {**node, "minItems": low, "maxItems": min(high, len(distinct))}
         sequences = [
             {"prefixItems": [{"const": v} for v in seq], "items": False, "minItems": len(seq)}
-            for k in range(low, min(high, len(distinct)) + 1)
+            for k in lengths
             for seq in itertools.permutations(distinct, k)
         ]
-        if len(sequences) > _MAX_UNIQUE_SEQUENCES:
-            raise UnsupportedSchemaError(
-                f"{path}/uniqueItems: {len(sequences)} repetition-free sequences; too many to list"
-            )
         node.setdefault("allOf", []).append({"anyOf": [types_except({"array"}), *sequences]})
         return node
 
@@ -618,13 +662,22 @@ def _flatten_all_of(node: dict[str, Any]) -> Any:
     return {**rest, "allOf": members}
 
 
-def rewrite_logic(root: Any, intersect: Intersect | None = None) -> Any:
+def rewrite_logic(
+    root: Any,
+    intersect: Intersect | None = None,
+    checked: list[Checked] | None = None,
+    *,
+    decimal_multiples: bool = True,
+) -> Any:
     """Replace ``not``, ``if``/``then``/``else``, dependencies, ``oneOf``, ``propertyNames`` and
-    ``uniqueItems`` by exactly equivalent ``anyOf``/``allOf`` structure, or refuse.
+    ``uniqueItems`` by exactly equivalent ``anyOf``/``allOf`` structure, or refuse — or, given
+    a ``checked`` list, relax what has no exact form to a superset and list it there.
 
     Args:
         root: A cleaned schema (every ``$ref`` points into its ``$defs``).
         intersect: The oracle for pattern questions (see :data:`~.facts.Intersect`).
+        checked: Where relaxed constraints are listed (``None``: refuse them).
+        decimal_multiples: ``False`` leaves every fractional ``multipleOf`` to the check.
 
     Example:
         >>> from hf_fvo.grammar.schema.rewrite import rewrite_logic
@@ -635,7 +688,9 @@ def rewrite_logic(root: Any, intersect: Intersect | None = None) -> Any:
         root = dict(root)
         if "$defs" in root:
             root["$defs"] = dict(root["$defs"])
-    return _inline_booleans(_Logic(root, intersect).run())
+    logic = _Logic(root, intersect, checked)
+    logic.decimal_multiples = decimal_multiples
+    return _inline_booleans(logic.run())
 
 
 def _inline_booleans(root: Any) -> Any:
