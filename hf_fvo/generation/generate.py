@@ -18,6 +18,7 @@ from transformers import LogitsProcessorList
 
 from hf_fvo.errors import (
     BudgetTooSmallError,
+    CheckFailedError,
     ConstraintConflictError,
     EmptyLanguageError,
     InvalidArgumentError,
@@ -71,6 +72,7 @@ def generate(
     num_assistant_tokens: int | None = None,
     grammar_draft: bool | None = None,
     particles: int | None = None,
+    check_tries: int = 8,
     **generate_kwargs: Any,
 ) -> Any:
     """Run ``model.generate`` so that it samples p_t·Φ̂_t on the grammar's admissible sets.
@@ -123,7 +125,15 @@ def generate(
             weighted set. The set targets μ*_B exactly for every ``phi`` (``"uniform"``: the
             masked proposal); Φ̂ decides how many particles suffice. Needs ``do_sample=True``;
             not with a draft model, beams or per-step outputs. p_t is the model's law after the
-            call's other processors (temperature, top-k…, penalties).
+            call's other processors (temperature, top-k…, penalties). A particle that fails
+            the grammar's final check (:attr:`Grammar.checked`) gets weight 0.
+        check_tries: Draws per returned sequence when the grammar leaves constraints to a final
+            check (:attr:`Grammar.checked`; ``uniqueItems`` over unbounded items, say): an
+            output that fails it is redrawn from its prompt, so each sequence is a draw of
+            the masked law conditioned on passing (rejection sampling); after
+            ``check_tries`` failed draws :class:`~hf_fvo.errors.CheckFailedError` names the
+            constraint. Greedy and beam search are deterministic: one try. The draws each row
+            took are in ``out["draws"]`` (dict outputs).
         **generate_kwargs: Passed to ``model.generate``; the budget Transformers uses
             (``max_new_tokens``, ``max_length``, ``generation_config``, or its default of 20
             new tokens) also bounds the completions Φ counts; ``logits_processor`` entries run
@@ -148,6 +158,7 @@ def generate(
         ConstraintConflictError: another option removes every admissible token (a minimum
             length beyond the longest member, EOS suppressed, no_repeat_ngram_size…).
         OutOfGrammarError: the continuation after ``prompt_length`` leaves the grammar.
+        CheckFailedError: every draw of a sequence failed the grammar's final check.
 
     Example:
         >>> import torch
@@ -163,6 +174,43 @@ def generate(
     """
     input_ids = _check_input_ids(input_ids)
     require_grammar(grammar)
+    tries = check_int("check_tries", check_tries, minimum=1)
+    options = {
+        "grammar": grammar, "phi": phi, "prompt_length": prompt_length,
+        "assistant_model": assistant_model, "draft_phi": draft_phi, "blind_draft": blind_draft,
+        "num_assistant_tokens": num_assistant_tokens, "grammar_draft": grammar_draft,
+        "particles": particles,
+    }  # fmt: skip
+    if not grammar.checked or particles is not None:  # particles weigh the check themselves
+        return _generate(model, input_ids, **options, **generate_kwargs)
+    per_step = [k for k in _PER_STEP_OUTPUTS if generate_kwargs.get(k)]
+    if per_step:
+        raise InvalidArgumentError(
+            f"{', '.join(per_step)}: {grammar.source} leaves {grammar.checked[0]} to a final "
+            "check, and an output that fails it is redrawn, which per-step outputs cannot "
+            "follow; sample with particles=N, or without per-step outputs"
+        )
+    out = _generate(model, input_ids, **options, **generate_kwargs)
+    return redraw_failed(model, input_ids, out, tries=tries, options=options,
+                         kwargs=generate_kwargs)  # fmt: skip
+
+
+def _generate(
+    model: Any,
+    input_ids: torch.Tensor,
+    *,
+    grammar: Grammar,
+    phi: str | PhiEstimator,
+    prompt_length: int | None,
+    assistant_model: Any,
+    draft_phi: str | PhiEstimator | None,
+    blind_draft: bool,
+    num_assistant_tokens: int | None,
+    grammar_draft: bool | None,
+    particles: int | None,
+    **generate_kwargs: Any,
+) -> Any:
+    """:func:`generate` without the redraws of a final check."""
     _check_flags(assistant_model, draft_phi, blind_draft, num_assistant_tokens, grammar_draft)
     if particles is not None:
         particles = check_int("particles", particles, minimum=1)
@@ -470,7 +518,8 @@ def _row_by_row(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:
     for r, skip in enumerate(pads):
         start = None if prompt_length is None else prompt_length - skip
         for _ in range(copies):
-            out = generate(model, input_ids[r : r + 1, skip:], prompt_length=start, **kwargs)
+            out = _generate(model, input_ids[r : r + 1, skip:], prompt_length=start,
+                            particles=None, **kwargs)  # fmt: skip
             seq = out.sequences if as_dict else out
             rows.append(torch.cat([input_ids[r, :skip], seq[0].to(input_ids.device)]))
             if as_dict:
@@ -484,6 +533,78 @@ def _row_by_row(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:
     out["certificates"] = certificates
     out["speculation"] = stats
     return out
+
+
+def redraw_failed(
+    model: Any,
+    input_ids: torch.Tensor,
+    out: Any,
+    *,
+    tries: int,
+    options: dict[str, Any],
+    kwargs: dict[str, Any],
+) -> Any:
+    """Redraw each returned sequence that fails the grammar's final check, from its own prompt
+    (one row, its ``attention_mask`` row), until it passes or ``tries`` draws failed."""
+    grammar: Grammar = options["grammar"]
+    as_dict = not isinstance(out, torch.Tensor)
+    sequences = out.sequences if as_dict else out
+    copies = kwargs.get("num_return_sequences") or 1
+    width = input_ids.shape[1]
+    start = width if options["prompt_length"] is None else options["prompt_length"]
+    mask = kwargs.get("attention_mask")
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    sampling = kwargs.get("do_sample", getattr(config, "do_sample", False))
+    beams = kwargs.get("num_beams", getattr(config, "num_beams", 1)) or 1
+    limit = tries if sampling and beams == 1 else 1
+    eos = set(grammar.eos_token_ids)
+    pad = kwargs.get("pad_token_id", getattr(config, "pad_token_id", None))
+    pad = grammar.eos_token_id if pad is None else pad
+    rows = [sequences[i] for i in range(sequences.shape[0])]
+    draws = [1] * len(rows)
+    certificates = list(out["certificates"]) if as_dict and "certificates" in out else None
+    single = {k: v for k, v in kwargs.items() if k not in ("num_return_sequences",
+                                                           "attention_mask")}  # fmt: skip
+    for i in range(len(rows)):
+        r = i // copies
+        failure = grammar.check(_output(rows[i], start, width, eos))
+        while failure is not None:
+            if draws[i] >= limit:
+                how = f"{draws[i]} draws" if limit > 1 else "the deterministic output"
+                raise CheckFailedError(
+                    f"sequence {i}: {how} failed the final check of {grammar.source}: "
+                    f"{failure}" + ("; sample (do_sample=True) or raise check_tries"
+                                    if limit == 1 or draws[i] == tries else "")
+                )  # fmt: skip
+            row_mask = None if mask is None else mask[r : r + 1]
+            again = _generate(model, input_ids[r : r + 1], **options, attention_mask=row_mask,
+                              **single)  # fmt: skip
+            draws[i] += 1
+            rows[i] = (again.sequences if as_dict else again)[0].to(sequences.device)
+            if certificates is not None and "certificates" in again:
+                certificates[i] = again["certificates"][0]
+            failure = grammar.check(_output(rows[i], start, width, eos))
+    if max(draws) == 1:
+        if as_dict:
+            out["draws"] = draws
+        return out
+    stacked = _right_padded(rows, pad, sequences)
+    if not as_dict:
+        return stacked
+    out.sequences = stacked
+    out["draws"] = draws
+    if certificates is not None:
+        out["certificates"] = certificates
+    return out
+
+
+def _output(row: torch.Tensor, start: int, width: int, eos: set[int]) -> list[int]:
+    """The grammar's text of one returned row: from ``start`` to the first EOS it generated."""
+    tokens = row[start:].tolist()
+    for j in range(width - start, len(tokens)):
+        if tokens[j] in eos:
+            return tokens[:j]
+    return tokens
 
 
 def _right_padded(rows: list[torch.Tensor], pad: int, like: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,12 @@ from typing import Any
 
 import torch
 
-from hf_fvo.errors import ConstraintConflictError, InvalidArgumentError, check_int
+from hf_fvo.errors import (
+    CheckFailedError,
+    ConstraintConflictError,
+    InvalidArgumentError,
+    check_int,
+)
 from hf_fvo.generation.tracker import RowTracker
 from hf_fvo.grammar import Grammar
 from hf_fvo.grammar.interface import LazyAdmissible, require_grammar
@@ -195,6 +200,7 @@ def sample_particles(
     log_w = torch.zeros(n, dtype=torch.float64)  # since the last resampling
     prev = torch.zeros(n, dtype=torch.float64)  # log Φ̂_{t−1}(x_{t−1})
     log_z, ess_trace, resamplings = 0.0, [], 0
+    failed: list[str] = []  # what the final check said of particles it gave weight 0
     for _ in range(budget):
         if all(done):
             break
@@ -231,6 +237,15 @@ def sample_particles(
             if y in eos:
                 log_w[i] -= prev[i]  # Φ̂_T(EOS): the final weight is p(x)/q(x)
                 done[i] = True
+                failure = grammar.check(generated[i][:-1]) if grammar.checked else None
+                if failure is not None:  # outside L: weight 0 (exact μ*, the check decides)
+                    log_w[i] = -math.inf
+                    failed.append(failure)
+        if failed and not bool(torch.isfinite(log_w).any()):
+            raise CheckFailedError(
+                f"all {n} particles failed the final check of {grammar.source}; the last: "
+                f"{failed[-1]}"
+            )
         if not bool(torch.isfinite(log_w).any()):
             raise ConstraintConflictError(
                 f"every particle reached a position where no token {grammar.source} admits "
