@@ -76,15 +76,18 @@ class _Engine:
             self.llg_tok = llguidance.hf.from_tokenizer(self.tok)
         self.keep: list = []
 
-    def compile(self, schema: dict, strict: bool = True) -> tuple[object, int | None]:
-        """Compile with the engine's strict-object convention, or the spec's language."""
+    def compile(
+        self, schema: dict, strict: bool = True, formats: str = "assert"
+    ) -> tuple[object, int | None]:
+        """Compile with the engine's strict-object convention, or the spec's language
+        (``formats``: hf_fvo's assertion or annotation of ``format``; peers keep theirs)."""
         text = json.dumps(schema)
         if self.name in ("hf_fvo", "hf_fvo_automaton"):
             from hf_fvo import Grammar
 
             backend = "pushdown" if self.name == "hf_fvo" else "automaton"
             g = Grammar.from_json_schema(
-                schema, self.tok, whitespace="", backend=backend, strict=strict
+                schema, self.tok, whitespace="", backend=backend, strict=strict, formats=formats
             )
             return g, getattr(g, "nbytes", None)
         if self.name == "xgrammar":
@@ -112,8 +115,8 @@ class _Engine:
         """Whether the engine accepts the token sequence as a complete member."""
         eos = self.tok.eos_token_id
         if self.name in ("hf_fvo", "hf_fvo_automaton"):
-            state = g.walk(ids)
-            return state is not None and g.is_accepting(state)
+            state = g.walk(ids)  # the masks, then the final check where the grammar has one
+            return state is not None and g.is_accepting(state) and g.check(ids) is None
         if self.name == "xgrammar":
             import xgrammar as xgr
 
@@ -238,7 +241,9 @@ def _worker(name: str, conn, memory_gb: float) -> None:
         t0 = time.perf_counter()
         try:
             with _NativeStderr() as native:
-                g, reported = engine.compile(job["schema"], job.get("strict", True))
+                g, reported = engine.compile(
+                    job["schema"], job.get("strict", True), job.get("formats", "assert")
+                )
         except Exception as exc:  # a refusal: every engine raises its own types
             conn.send({"status": "refused", "error": f"{type(exc).__name__}: {exc}"[:300],
                        "compile_s": time.perf_counter() - t0})  # fmt: skip

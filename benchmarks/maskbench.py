@@ -43,9 +43,12 @@ def main() -> None:
         help="every valid instance rejected or invalid one accepted, per engine",
     )
     ap.add_argument("--write", action="store_true")
+    ap.add_argument("--data", default=str(DEV), help="rows of schema + tests (MaskBench's shape)")
+    ap.add_argument("--title", default="MaskBench", help="the data's name in the table")
     args = ap.parse_args()
     tok = load_default_tokenizer()
-    rows = [json.loads(line) for line in DEV.open()][: args.limit]
+    with open(args.data) as f:
+        rows = [json.loads(line) for line in f][: args.limit]
     engines = args.engines.split(",")
     pools = {name: Pool(name, args.memory_gb) for name in engines}
     stats = {name: defaultdict(int) for name in [*engines, "hf_fvo (search)"]}
@@ -57,8 +60,9 @@ def main() -> None:
                  for t in row["tests"]]  # fmt: skip
         valid = [t["valid"] for t in row["tests"]]
         for name in engines[i % len(engines) :] + engines[: i % len(engines)]:
-            result = pools[name].run({"schema": row["schema"], "strict": False, "texts": texts},
-                                     args.timeout)  # fmt: skip
+            formats = row.get("formats", "assert")
+            result = pools[name].run({"schema": row["schema"], "strict": False, "texts": texts,
+                                      "formats": formats}, args.timeout)  # fmt: skip
             _count(stats[name], result, valid)
             for case, ok in zip(row["tests"], result.get("accepted") or [], strict=False):
                 if ok != case["valid"]:
@@ -67,7 +71,8 @@ def main() -> None:
                                        "valid": case["valid"], "data": case["data"]})  # fmt: skip
         s = stats["hf_fvo (search)"]
         try:
-            g = Grammar.from_json_schema(row["schema"], tok, whitespace="", strict=False)
+            g = Grammar.from_json_schema(row["schema"], tok, whitespace="", strict=False,
+                                         formats=row.get("formats", "assert"))  # fmt: skip
         except GrammarError:
             s["refused"] += 1
             continue
@@ -88,10 +93,11 @@ def main() -> None:
         for m in mismatches:
             f.write(json.dumps(m) + "\n")
     lines = [
-        "## MaskBench: valid instances accepted, invalid ones rejected",
+        f"## {args.title}: valid instances accepted, invalid ones rejected",
         "",
         f"{provenance('llguidance', 'xgrammar')} {len(rows)} files "
-        f"of `maskbench-dev.jsonl`, SmolLM2 tokenizer, compact JSON, the spec's language (no "
+        f"of `{args.data.rsplit('/', 1)[-1]}`, SmolLM2 tokenizer, compact JSON, the spec's "
+        "language (no "
         "strict objects). Instances are read as "
         "the tokenizer's tokenization of their compact JSON with keys in the order of the "
         "subschema they match (`in_schema_order`); "
