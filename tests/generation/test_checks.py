@@ -108,3 +108,44 @@ def test_a_check_that_never_passes_is_a_typed_error_naming_the_keyword(model):
 
 def _until_eos(row: list[int], eos: int) -> tuple[int, ...]:
     return tuple(row[: row.index(eos) + 1])
+
+
+CONSTRUCTS = {
+    "uniqueItems": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+                    "minItems": 2, "maxItems": 3, "uniqueItems": True},
+    "contains": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
+                 "maxItems": 3, "contains": {"minimum": 5}},
+    "not pattern": {"type": "string", "maxLength": 8, "not": {"pattern": "^a"}},
+    "overlapping oneOf": ONE_OF,
+    "propertyNames": {"type": "object", "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 8},
+                      "maxProperties": 2, "additionalProperties": {"type": "integer"}},
+    "look-around": {"type": "string", "pattern": "^(?!x)[a-z]{1,6}$"},
+    "unevaluatedProperties": {"type": "object", "properties": {"a": {"type": "integer"}},
+                              "anyOf": [{"required": ["a"]}], "unevaluatedProperties": False},
+    "hostname": {"type": "string", "format": "hostname", "maxLength": 16},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from hf_fvo.models import load_default_model, load_default_tokenizer
+
+    return load_default_tokenizer(), load_default_model()
+
+
+@pytest.mark.parametrize("name", list(CONSTRUCTS))
+def test_the_embedded_model_writes_only_valid_instances_of_each_checked_construct(smollm2, name):
+    tok, model = smollm2
+    schema = CONSTRUCTS[name]
+    g = Grammar.from_json_schema(schema, tok, whitespace="", vocab_size=model.config.vocab_size)
+    assert g.checked  # the construct is decided by the check, not the masks
+    chat = [{"role": "user", "content": f"Write one JSON value valid under {json.dumps(schema)}"}]
+    prompt = tok.apply_chat_template(chat, add_generation_prompt=True, return_dict=True)
+    ids = torch.tensor([prompt["input_ids"]] * 2)
+    torch.manual_seed(0)
+    out = hf_fvo.generate(model, ids, grammar=g, do_sample=True, top_k=0, max_new_tokens=32,
+                          check_tries=32)  # fmt: skip
+    cls = jsonschema.validators.validator_for(schema)
+    for row in out[:, ids.shape[1] :].tolist():
+        body = row[: row.index(g.eos_token_id)]  # never cut: the budget is part of the language
+        cls(schema, format_checker=cls.FORMAT_CHECKER).validate(json.loads(tok.decode(body)))

@@ -580,8 +580,55 @@ def _h_pattern(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
         problem = f"pattern {value!r} has an anchor inside it, which llguidance does not compile"
     if problem is None:
         out["pattern"] = value
-    else:
-        c.relax(out, path, "pattern", problem)
+        return
+    c.relax(out, path, "pattern", problem)
+    wider = _without_assertions(value) if c.inner_anchors else None
+    if wider is not None and not _regex_problem(wider, "pattern"):
+        out["pattern"] = wider  # the masks keep what the pattern says besides its assertions
+
+
+def _without_assertions(pattern: str) -> str | None:
+    """``pattern`` with every look-around group removed and every backreference widened to
+    any text: a pattern every string matching ``pattern`` matches (look-arounds only ever
+    remove matches); ``None`` where the pattern cannot be read (unbalanced parentheses)."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    in_class = False
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            escape = pattern[i : i + 2]
+            name = re.match(r"\\k<[^>]*>", pattern[i:])
+            if not in_class and (re.fullmatch(r"\\[1-9]", escape) or name):
+                out.append("[\\s\\S]*")
+                i += len(name.group(0)) if name else 2
+                while not name and i < n and pattern[i].isdigit():
+                    i += 1
+                continue
+            out.append(escape)
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif _LOOKAROUND.match(pattern, i):
+            depth, j = 0, i
+            while j < n:  # skip to the group's closing parenthesis
+                if pattern[j] == "\\":
+                    j += 2
+                    continue
+                depth += {"(": 1, ")": -1}.get(pattern[j], 0)
+                j += 1
+                if depth == 0:
+                    break
+            if depth:
+                return None
+            i = j
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
 
 
 def _h_format(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
