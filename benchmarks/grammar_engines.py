@@ -77,7 +77,7 @@ class _Engine:
         self.keep: list = []
 
     def compile(
-        self, schema: dict, strict: bool = True, formats: str = "assert"
+        self, schema: dict, strict: bool = True, formats: str = "assert", key_order: str = "schema"
     ) -> tuple[object, int | None]:
         """Compile with the engine's strict-object convention, or the spec's language
         (``formats``: hf_fvo's assertion or annotation of ``format``; peers keep theirs)."""
@@ -87,8 +87,9 @@ class _Engine:
 
             backend = "pushdown" if self.name == "hf_fvo" else "automaton"
             g = Grammar.from_json_schema(
-                schema, self.tok, whitespace="", backend=backend, strict=strict, formats=formats
-            )
+                schema, self.tok, whitespace="", backend=backend, strict=strict, formats=formats,
+                key_order=key_order,
+            )  # fmt: skip
             return g, getattr(g, "nbytes", None)
         if self.name == "xgrammar":
             g = self.compiler.compile_json_schema(
@@ -242,8 +243,9 @@ def _worker(name: str, conn, memory_gb: float) -> None:
         try:
             with _NativeStderr() as native:
                 g, reported = engine.compile(
-                    job["schema"], job.get("strict", True), job.get("formats", "assert")
-                )
+                    job["schema"], job.get("strict", True), job.get("formats", "assert"),
+                    job.get("key_order", "schema"),
+                )  # fmt: skip
         except Exception as exc:  # a refusal: every engine raises its own types
             conn.send({"status": "refused", "error": f"{type(exc).__name__}: {exc}"[:300],
                        "compile_s": time.perf_counter() - t0})  # fmt: skip

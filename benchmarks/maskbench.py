@@ -45,6 +45,12 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--data", default=str(DEV), help="rows of schema + tests (MaskBench's shape)")
     ap.add_argument("--title", default="MaskBench", help="the data's name in the table")
+    ap.add_argument(
+        "--key-order",
+        default="schema",
+        choices=("schema", "any"),
+        help="any: hf_fvo with key_order='any', instances in their own key order",
+    )
     args = ap.parse_args()
     tok = load_default_tokenizer()
     with open(args.data) as f:
@@ -56,13 +62,17 @@ def main() -> None:
     for i, row in enumerate(rows):
         order = schema_key_order(row["schema"]) if _prepares(row["schema"]) else []
         compact = {"separators": (",", ":"), "ensure_ascii": False}
-        texts = [tok.encode(json.dumps(in_schema_order(t["data"], row["schema"]), **compact))
+        own = args.key_order == "any"
+        texts = [tok.encode(json.dumps(t["data"] if own else in_schema_order(t["data"],
+                                                                             row["schema"]),
+                                       **compact))
                  for t in row["tests"]]  # fmt: skip
         valid = [t["valid"] for t in row["tests"]]
         for name in engines[i % len(engines) :] + engines[: i % len(engines)]:
             formats = row.get("formats", "assert")
             result = pools[name].run({"schema": row["schema"], "strict": False, "texts": texts,
-                                      "formats": formats}, args.timeout)  # fmt: skip
+                                      "formats": formats, "key_order": args.key_order},
+                                     args.timeout)  # fmt: skip
             _count(stats[name], result, valid)
             for case, ok in zip(row["tests"], result.get("accepted") or [], strict=False):
                 if ok != case["valid"]:
@@ -72,7 +82,8 @@ def main() -> None:
         s = stats["hf_fvo (search)"]
         try:
             g = Grammar.from_json_schema(row["schema"], tok, whitespace="", strict=False,
-                                         formats=row.get("formats", "assert"))  # fmt: skip
+                                         formats=row.get("formats", "assert"),
+                                         key_order=args.key_order)  # fmt: skip
         except GrammarError:
             s["refused"] += 1
             continue

@@ -145,10 +145,13 @@ class GrammarCompiler:
         max_states: int | None = None,
         checks: bool = True,
         formats: str = "assert",
+        key_order: str = "schema",
     ) -> Grammar:
         """A JSON schema's language, exactly, or a typed refusal; see
         :meth:`Grammar.from_json_schema <hf_fvo.grammar.Grammar.from_json_schema>`."""
         if backend == "automaton":
+            if key_order != "schema":
+                raise InvalidArgumentError("key_order='any' needs backend='pushdown'")
             source = json_schema_source(schema, whitespace, strict=strict, formats=formats)
             return self._automaton(source, max_length, max_states)
         _pushdown_only(backend, max_length, max_states)
@@ -156,7 +159,9 @@ class GrammarCompiler:
         relaxed: dict[str, bool] = {}
         while True:
             try:
-                return self._json_pushdown(schema, whitespace, strict, checks, formats, relaxed)
+                return self._json_pushdown(
+                    schema, whitespace, strict, checks, formats, relaxed, key_order
+                )
             except UnsupportedSchemaError as exc:
                 # a limit of the engine that the check can take over: retry with it relaxed
                 limit = next((name for key, name in _ENGINE_LIMITS.items()
@@ -173,11 +178,12 @@ class GrammarCompiler:
         checks: bool,
         formats: str,
         relaxed: dict[str, bool],
+        key_order: str,
     ) -> Grammar:
         prepared = schema_logic.prepare_json_schema(
             schema, strict=strict, intersect=patterns_intersect, checks=checks,
             formats=formats, decimal_multiples="decimal_multiples" not in relaxed,
-            inner_anchors="inner_anchors" not in relaxed,
+            inner_anchors="inner_anchors" not in relaxed, key_order=key_order,
         )  # fmt: skip
         body = prepared.schema
         if body is False:
@@ -185,7 +191,7 @@ class GrammarCompiler:
         if body is True:
             body = {}
         ws = "default" if whitespace is None else repr(whitespace)
-        mode = "" if strict else " strict=False"
+        mode = ("" if strict else " strict=False") + (" key_order='any'" * (key_order == "any"))
         notes = [f"{ptr}: {what} is not a JSON Schema format; ignored"
                  for ptr, what in prepared.ignored]  # fmt: skip
         # finitely many values and bounded whitespace ("[ ]?" or none): finitely many strings

@@ -148,6 +148,7 @@ class Grammar(ABC):
         max_states: int | None = None,
         checks: bool = True,
         formats: str = "assert",
+        key_order: str = "schema",
     ) -> Grammar:
         """Compile a JSON schema (draft-04 to 2020-12): exactly its language, or a refusal.
 
@@ -177,6 +178,10 @@ class Grammar(ABC):
             formats: ``"assert"`` (default: a ``format`` is a constraint, exact for every
                 format the spec defines) or ``"annotation"`` (2019-09/2020-12's default
                 language: ``format`` constrains nothing).
+            key_order: ``"schema"`` (default: an object's keys in the schema's order, as
+                Outlines and XGrammar write them) or ``"any"``: any order, each key at most
+                once, required ones present (small closed objects exactly in the grammar, others
+                by the check; see :mod:`hf_fvo.grammar.schema.order`).
 
         Raises:
             UnsupportedSchemaError: an invalid schema, a reference outside the document (and
@@ -197,7 +202,7 @@ class Grammar(ABC):
         """
         return _compiler(tokenizer, vocab_size, eos_token_id).json_schema(
             schema, whitespace, strict=strict, backend=backend, max_length=max_length,
-            max_states=max_states, checks=checks, formats=formats,
+            max_states=max_states, checks=checks, formats=formats, key_order=key_order,
         )  # fmt: skip
 
     @classmethod

@@ -421,3 +421,30 @@ def _dies_out(g: Grammar, max_states: int = 20_000) -> bool:
                     nxt.append(g.next_state(state, tok))
         frontier = nxt
     return True
+
+
+def test_key_order_any_admits_every_order_each_key_once_required_present(smol_tokenizer):
+    def member(g, text):
+        ids = smol_tokenizer.encode(text)
+        state = g.walk(ids)
+        return state is not None and g.is_accepting(state) and g.check(ids) is None
+
+    props = {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}}
+    schema = {"type": "object", "properties": props, "required": ["a"]}
+    texts = {'{"a":1,"b":"x","c":true}': True, '{"c":true,"b":"x","a":1}': True,
+             '{"b":"x","a":1}': True, '{"a":1,"a":2}': False, '{"b":"x"}': False,
+             '{"a":"x"}': False}  # fmt: skip
+    closed = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", key_order="any")
+    assert not closed.checked  # a small closed object: the union of its orders, no check
+    fixed = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    assert not member(fixed, '{"c":true,"b":"x","a":1}')  # the schema's order by default
+    spec = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", key_order="any",
+                                    strict=False)  # fmt: skip
+    assert [c.keyword for c in spec.checked] == ["properties"]  # open: the check counts keys
+    for g in (closed, spec):
+        for text, valid in texts.items():
+            assert member(g, text) == valid, (text, g.source)
+    assert member(spec, '{"z":null,"a":1}') and not member(closed, '{"z":null,"a":1}')
+    merged = {"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
+    with pytest.raises(UnsupportedSchemaError, match=r"^#: key_order='any' is not built"):
+        Grammar.from_json_schema(merged, smol_tokenizer, key_order="any")

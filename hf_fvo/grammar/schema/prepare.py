@@ -32,6 +32,7 @@ from urllib.parse import unquote, urldefrag, urljoin
 from hf_fvo.errors import GrammarError, UnsupportedSchemaError
 from hf_fvo.grammar.schema.facts import CHECKED, MAX_DEPTH, Checked, Intersect, is_number
 from hf_fvo.grammar.schema.formats import FORMAT_CHECKS, FORMATS, format_schema
+from hf_fvo.grammar.schema.order import any_key_order
 from hf_fvo.grammar.schema.rewrite import rewrite_logic
 from hf_fvo.grammar.schema.strict import apply_strict
 
@@ -127,6 +128,7 @@ def prepare_json_schema(
     formats: str = "assert",
     decimal_multiples: bool = True,
     inner_anchors: bool = True,
+    key_order: str = "schema",
 ) -> PreparedSchema:
     """Rewrite ``schema`` into an exactly equivalent schema the pushdown engine enforces, or
     (``checks=True``) into the tightest superset it enforces plus the list of constraints an
@@ -152,6 +154,9 @@ def prepare_json_schema(
             to the check (for an engine that refuses one).
         inner_anchors: ``False`` (with ``checks``) leaves patterns with ``^`` or ``$`` inside
             them (not only at their ends) to the check (llguidance reads those as look-around).
+        key_order: ``"schema"`` (default: an object's keys in the schema's order, the
+            convention of Outlines and XGrammar) or ``"any"`` (:mod:`.order`: any order, each
+            key at most once, the required ones present).
 
     Raises:
         UnsupportedSchemaError: an assertion that cannot be enforced exactly (without
@@ -167,6 +172,8 @@ def prepare_json_schema(
     """
     if formats not in ("assert", "annotation"):
         raise UnsupportedSchemaError(f"formats must be 'assert' or 'annotation', got {formats!r}")
+    if key_order not in ("schema", "any"):
+        raise UnsupportedSchemaError(f"key_order must be 'schema' or 'any', got {key_order!r}")
     raw = load_json_schema(schema)
     checked: list[Checked] | None = [] if checks else None
     cleaner = _Cleaner(raw, checked, formats=formats)
@@ -176,6 +183,13 @@ def prepare_json_schema(
         if strict:
             root = apply_strict(root)
         root = rewrite_logic(root, intersect, checked, decimal_multiples=decimal_multiples)
+        if key_order == "any":
+            ordered: list[Checked] = []
+            root = any_key_order(root, ordered)
+            if ordered and checked is None:
+                raise UnsupportedSchemaError(f"{ordered[0].pointer}: {ordered[0].reason} "
+                                             "(checks=False)")  # fmt: skip
+            checked = None if checked is None else [*checked, *ordered]
     except GrammarError as exc:  # name the user's definitions, not their hoisted copies
         exc.args = (cleaner.user_pointers(str(exc)), *exc.args[1:])
         raise

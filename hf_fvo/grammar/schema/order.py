@@ -1,0 +1,128 @@
+"""Objects whose keys may come in any order (``key_order="any"``).
+
+JSON Schema does not constrain the order of an object's keys; a grammar engine writes
+``properties`` in the schema's order (llguidance, XGrammar, Outlines). With ``key_order="any"``
+each object of a prepared schema is rewritten so that its keys may come in any order, each at
+most once, the required ones present:
+
+- a closed object (no other keys) with at most :data:`MAX_PERMUTED` listed names is the union of
+  its orders — exact, in the grammar;
+- any other object lists its names as ``patternProperties`` (``^name$``: the engine admits them
+  in any order) — a superset that lets a key repeat or a required one be missing, so the check
+  of the finished text decides those (:class:`~.facts.Checked`).
+
+An object whose keys are merged from several parts (``allOf`` members, an ``anyOf`` branch
+beside listed properties, a ``$ref`` beside them) or listed beside ``patternProperties`` is
+refused, naming it: its keys would keep an order the engine imposes.
+
+Example:
+    >>> from hf_fvo.grammar.schema.order import any_key_order
+    >>> out = any_key_order({"type": "object", "properties": {"a": {}, "b": {}},
+    ...                      "additionalProperties": False}, [])
+    >>> [list(b["properties"]) for b in out["anyOf"]]
+    [['a', 'b'], ['b', 'a']]
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from hf_fvo.errors import UnsupportedSchemaError
+from hf_fvo.grammar.schema.facts import Checked, definitions_of, resolve
+
+__all__ = ["MAX_PERMUTED", "any_key_order"]
+
+MAX_PERMUTED = 3  # listed names up to which a closed object is the union of its orders
+_OBJECT = ("properties", "required", "patternProperties")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs")
+_SCHEMA_LISTS = ("anyOf", "allOf", "prefixItems")
+_SCHEMA_VALUES = ("additionalProperties", "items")
+
+
+def any_key_order(root: Any, checked: list[Checked]) -> Any:
+    """``root`` (a prepared schema) with every object's keys in any order; what only the check
+    decides is appended to ``checked``.
+
+    Raises:
+        UnsupportedSchemaError: an object whose keys are merged from several parts, named by
+            its pointer.
+    """
+    defs = definitions_of(root)
+    return _Order(defs, checked).node(root, "#")
+
+
+class _Order:
+    def __init__(self, defs: dict[str, Any], checked: list[Checked]) -> None:
+        self.defs = defs
+        self.checked = checked
+
+    def node(self, node: Any, path: str) -> Any:
+        if not isinstance(node, dict):
+            return node
+        out = dict(node)
+        for key in _SCHEMA_MAPS:
+            if isinstance(out.get(key), dict):
+                out[key] = {k: self.node(v, f"{path}/{key}/{k}") for k, v in out[key].items()}
+        for key in _SCHEMA_LISTS:
+            if isinstance(out.get(key), list):
+                out[key] = [self.node(v, f"{path}/{key}/{i}") for i, v in enumerate(out[key])]
+        for key in _SCHEMA_VALUES:
+            if key in out:
+                out[key] = self.node(out[key], f"{path}/{key}")
+        self.refuse_merged(node, path)
+        if not isinstance(node.get("properties"), dict) and "required" not in node:
+            return out
+        return self.unordered(out, path)
+
+    def refuse_merged(self, node: dict[str, Any], path: str) -> None:
+        parts = [m for m in node.get("allOf", []) if _lists_keys(resolve(m, self.defs))]
+        if "$ref" in node and len(node) > 1:
+            target = resolve({"$ref": node["$ref"]}, self.defs)
+            parts += [target] if _lists_keys(target) else []
+        own = _lists_keys(node)
+        branches = [b for b in node.get("anyOf", []) if _lists_keys(resolve(b, self.defs))]
+        if len(parts) + own > 1 or (own and branches):
+            raise UnsupportedSchemaError(
+                f"{path}: key_order='any' is not built for an object whose keys are merged from "
+                "several parts (allOf, $ref or anyOf beside listed properties); use "
+                "key_order='schema'"
+            )
+        if own and node.get("patternProperties"):
+            raise UnsupportedSchemaError(
+                f"{path}: key_order='any' is not built beside patternProperties; use "
+                "key_order='schema'"
+            )
+
+    def unordered(self, node: dict[str, Any], path: str) -> Any:
+        props = dict(node.get("properties", {}))
+        required = list(node.get("required", []))
+        extra = node.get("additionalProperties", True)
+        for name in required:  # required names the object does not list take the extra schema
+            props.setdefault(name, extra)
+        names = [n for n, s in props.items() if s is not False]
+        rest = {k: v for k, v in node.items() if k not in _OBJECT}
+        if extra is False and len(names) <= MAX_PERMUTED:
+            if len(names) < 2:
+                return node
+            return {"anyOf": [
+                {**rest, "properties": {n: props[n] for n in order}, "required": required,
+                 "additionalProperties": False}
+                for order in itertools.permutations(names)
+            ]}  # fmt: skip
+        self.checked.append(Checked(path, "properties", "key_order='any': keys come in any "
+                                    "order; that each appears at most once and the required "
+                                    "ones appear is decided by the check"))  # fmt: skip
+        patterns = {f"^{_literal(n)}$": s for n, s in props.items()}
+        return {**rest, "patternProperties": patterns, "additionalProperties": extra}
+
+
+def _lists_keys(node: Any) -> bool:
+    return isinstance(node, dict) and any(k in node for k in _OBJECT)
+
+
+def _literal(name: str) -> str:
+    """``name`` as a regex matching exactly it (every character but letters, digits and ``_``
+    escaped as ``\\x{…}``)."""
+    return "".join(ch if ch.isascii() and (ch.isalnum() or ch == "_") else f"\\x{{{ord(ch):x}}}"
+                   for ch in name)  # fmt: skip
