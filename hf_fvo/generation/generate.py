@@ -132,8 +132,9 @@ def generate(
             output that fails it is redrawn from its prompt, so each sequence is a draw of
             the masked law conditioned on passing (rejection sampling); after
             ``check_tries`` failed draws :class:`~hf_fvo.errors.CheckFailedError` names the
-            constraint. Greedy and beam search are deterministic: one try. The draws each row
-            took are in ``out["draws"]`` (dict outputs).
+            constraint. Greedy and beam search are deterministic, and per-step outputs
+            (scores, a streamer) follow one draw: one try there. The draws each row took are in
+            ``out["draws"]`` (dict outputs).
         **generate_kwargs: Passed to ``model.generate``; the budget Transformers uses
             (``max_new_tokens``, ``max_length``, ``generation_config``, or its default of 20
             new tokens) also bounds the completions Φ counts; ``logits_processor`` entries run
@@ -183,13 +184,8 @@ def generate(
     }  # fmt: skip
     if not grammar.checked or particles is not None:  # particles weigh the check themselves
         return _generate(model, input_ids, **options, **generate_kwargs)
-    per_step = [k for k in _PER_STEP_OUTPUTS if generate_kwargs.get(k)]
-    if per_step:
-        raise InvalidArgumentError(
-            f"{', '.join(per_step)}: {grammar.source} leaves {grammar.checked[0]} to a final "
-            "check, and an output that fails it is redrawn, which per-step outputs cannot "
-            "follow; sample with particles=N, or without per-step outputs"
-        )
+    if any(generate_kwargs.get(k) for k in _PER_STEP_OUTPUTS):
+        tries = 1  # per-step outputs (scores, a streamer) follow one draw: no redraws
     out = _generate(model, input_ids, **options, **generate_kwargs)
     return redraw_failed(model, input_ids, out, tries=tries, options=options,
                          kwargs=generate_kwargs)  # fmt: skip
@@ -570,11 +566,11 @@ def redraw_failed(
         failure = grammar.check(_output(rows[i], start, width, eos))
         while failure is not None:
             if draws[i] >= limit:
-                how = f"{draws[i]} draws" if limit > 1 else "the deterministic output"
+                how = f"{draws[i]} draws" if limit > 1 else "the only draw"
                 raise CheckFailedError(
                     f"sequence {i}: {how} failed the final check of {grammar.source}: "
-                    f"{failure}" + ("; sample (do_sample=True) or raise check_tries"
-                                    if limit == 1 or draws[i] == tries else "")
+                    f"{failure}; raise check_tries, sample (do_sample=True, no beams, no "
+                    "per-step outputs) for redraws, or use particles=N"
                 )  # fmt: skip
             row_mask = None if mask is None else mask[r : r + 1]
             again = _generate(model, input_ids[r : r + 1], **options, attention_mask=row_mask,

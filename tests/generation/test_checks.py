@@ -98,8 +98,11 @@ def test_a_check_that_never_passes_is_a_typed_error_naming_the_keyword(model):
              "contains": {"const": 7}}  # no token spells a 7  # fmt: skip
     g = Grammar.from_json_schema(never, VOCAB, whitespace="")
     ids = torch.tensor([PROMPT])
-    with pytest.raises(CheckFailedError, match=r"deterministic output.*#/contains"):
+    with pytest.raises(CheckFailedError, match=r"the only draw.*#/contains"):
         hf_fvo.generate(model, ids, grammar=g, do_sample=False, max_new_tokens=6)
+    with pytest.raises(CheckFailedError, match=r"the only draw.*#/contains"):  # per-step outputs
+        hf_fvo.generate(model, ids, grammar=g, do_sample=True, max_new_tokens=6,
+                        output_scores=True, return_dict_in_generate=True)  # fmt: skip
     with pytest.raises(CheckFailedError, match=r"3 draws.*#/contains"):
         hf_fvo.generate(model, ids, grammar=g, do_sample=True, max_new_tokens=6, check_tries=3)
     with pytest.raises(CheckFailedError, match="particles failed the final check"):
