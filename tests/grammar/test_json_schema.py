@@ -448,3 +448,15 @@ def test_key_order_any_admits_every_order_each_key_once_required_present(smol_to
     merged = {"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
     with pytest.raises(UnsupportedSchemaError, match=r"^#: key_order='any' is not built"):
         Grammar.from_json_schema(merged, smol_tokenizer, key_order="any")
+
+
+def test_formats_are_asserted_by_default_and_annotations_on_request(smol_tokenizer):
+    schema = {"type": "string", "format": "date"}
+    asserted = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    annotation = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="",
+                                          formats="annotation")  # fmt: skip
+    assert accepts(asserted, smol_tokenizer, '"2024-02-29"')
+    assert not accepts(asserted, smol_tokenizer, '"2023-02-29"')
+    assert accepts(annotation, smol_tokenizer, '"2023-02-29"') and not annotation.checked
+    with pytest.raises(UnsupportedSchemaError, match="formats must be"):
+        Grammar.from_json_schema(schema, smol_tokenizer, formats="ignore")
