@@ -5,7 +5,8 @@ pushdown engine enforces (:func:`~.prepare.prepare_json_schema`), or is refused 
 keyword. The modules: ``prepare`` (references, drafts, formats, annotations), ``formats``
 (``format`` as exact regexes), ``facts`` (what a schema says), ``negation`` and ``disjoint``
 (complements and disjointness), ``strict`` (the strict-object convention), ``rewrite`` (boolean
-structure into ``anyOf``/``allOf``), ``finite`` (finite languages) and ``regex`` (regular
+structure into ``anyOf``/``allOf``), ``order`` (``key_order="any"``), ``patterns`` (what the
+engines compile of a pattern), ``finite`` (finite languages) and ``regex`` (regular
 schemas as one regex, for the automaton backend), ``check`` (the exact final check of a text,
 for what the masks only over-approximate). Questions about regex patterns go to an
 oracle the caller passes; :class:`~hf_fvo.grammar.GrammarCompiler` passes the engine's.

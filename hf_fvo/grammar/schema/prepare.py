@@ -1,4 +1,5 @@
-"""JSON Schema as the spec defines it, prepared for a grammar engine: exact or refused.
+"""JSON Schema as the spec defines it, prepared for a grammar engine: exact, or a superset with
+what the final check decides, or refused.
 
 :func:`prepare_json_schema` turns a user's schema (draft-04 through 2020-12) into an equivalent
 schema that uses only the keywords the pushdown engine (llguidance) enforces exactly:
@@ -33,6 +34,7 @@ from hf_fvo.errors import GrammarError, UnsupportedSchemaError
 from hf_fvo.grammar.schema.facts import CHECKED, MAX_DEPTH, Checked, Intersect, is_number
 from hf_fvo.grammar.schema.formats import FORMAT_CHECKS, FORMATS, format_schema
 from hf_fvo.grammar.schema.order import any_key_order
+from hf_fvo.grammar.schema.patterns import inner_anchor, regex_problem, without_assertions
 from hf_fvo.grammar.schema.rewrite import rewrite_logic
 from hf_fvo.grammar.schema.strict import apply_strict
 
@@ -52,8 +54,6 @@ _SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems")
 _SCHEMA_VALUES = (
     "additionalProperties", "propertyNames", "not", "if", "then", "else", "contains",
 )  # fmt: skip
-_LOOKAROUND = re.compile(r"\(\?<?[=!]")
-_BACKREFERENCE = re.compile(r"\\[1-9]|\\k<")
 _ROOT_URI = "https://hf-fvo.invalid/schema.json"  # a base for documents without $id
 _DRAFTS_REF_OVERRIDES = ("draft-03", "draft-04", "draft-06", "draft-07")
 _FORMAT = "\x00format"  # where a keyword handler leaves an enforced format for the node
@@ -555,94 +555,17 @@ def _check_regex(pattern: Any, path: str, what: str) -> str:
     return pattern
 
 
-def _regex_problem(pattern: str, what: str) -> str | None:
-    """Why the grammar engines cannot compile ``pattern`` (look-around, backreferences), if so."""
-    if _LOOKAROUND.search(pattern):
-        return (
-            f"{what} {pattern!r} uses look-around, which the regex engines hf_fvo builds on "
-            "(Rust regex syntax: llguidance, outlines-core) do not compile"
-        )
-    if _BACKREFERENCE.search(pattern):
-        return f"{what} {pattern!r} uses a backreference, which is not regular"
-    return None
-
-
-def _inner_anchor(pattern: str) -> bool:
-    """Whether ``pattern`` has ``^`` or ``$`` other than at its very start or end (outside
-    character classes and escapes)."""
-    in_class, i = False, 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-            if pattern[i + 1 : i + 2] == "^":
-                i += 1
-        elif (ch == "^" and i > 0) or (ch == "$" and i < len(pattern) - 1):
-            return True
-        i += 1
-    return False
-
-
 def _h_pattern(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
-    problem = _regex_problem(_check_regex(value, path, "pattern"), "pattern")
-    if problem is None and not c.inner_anchors and _inner_anchor(value):
+    problem = regex_problem(_check_regex(value, path, "pattern"), "pattern")
+    if problem is None and not c.inner_anchors and inner_anchor(value):
         problem = f"pattern {value!r} has an anchor inside it, which llguidance does not compile"
     if problem is None:
         out["pattern"] = value
         return
     c.relax(out, path, "pattern", problem)
-    wider = _without_assertions(value) if c.inner_anchors else None
-    if wider is not None and not _regex_problem(wider, "pattern"):
+    wider = without_assertions(value) if c.inner_anchors else None
+    if wider is not None and not regex_problem(wider, "pattern"):
         out["pattern"] = wider  # the masks keep what the pattern says besides its assertions
-
-
-def _without_assertions(pattern: str) -> str | None:
-    """``pattern`` with every look-around group removed and every backreference widened to
-    any text: a pattern every string matching ``pattern`` matches (look-arounds only ever
-    remove matches); ``None`` where the pattern cannot be read (unbalanced parentheses)."""
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    in_class = False
-    while i < n:
-        ch = pattern[i]
-        if ch == "\\":
-            escape = pattern[i : i + 2]
-            name = re.match(r"\\k<[^>]*>", pattern[i:])
-            if not in_class and (re.fullmatch(r"\\[1-9]", escape) or name):
-                out.append("[\\s\\S]*")
-                i += len(name.group(0)) if name else 2
-                while not name and i < n and pattern[i].isdigit():
-                    i += 1
-                continue
-            out.append(escape)
-            i += 2
-            continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-        elif _LOOKAROUND.match(pattern, i):
-            depth, j = 0, i
-            while j < n:  # skip to the group's closing parenthesis
-                if pattern[j] == "\\":
-                    j += 2
-                    continue
-                depth += {"(": 1, ")": -1}.get(pattern[j], 0)
-                j += 1
-                if depth == 0:
-                    break
-            if depth:
-                return None
-            i = j
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
 
 
 def _h_format(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
@@ -683,7 +606,7 @@ def _h_schema_map(c: _Cleaner, out, node, key, value, path, base, depth) -> None
                                      f"got {_short(value)}")  # fmt: skip
     if key == "patternProperties":
         for pattern in value:
-            problem = _regex_problem(
+            problem = regex_problem(
                 _check_regex(pattern, _pointer(path, pattern), "patternProperties key"),
                 "patternProperties key",
             )

@@ -1,0 +1,97 @@
+"""What the grammar engines compile of a JSON-Schema ``pattern``, and the superset they can.
+
+The engines hf_fvo builds on (llguidance, outlines-core) read Rust regex syntax: no look-around,
+no backreferences, and llguidance no ``^``/``$`` inside a pattern. A pattern using them is left
+to the final check, the masks keeping :func:`without_assertions` (a superset).
+
+Example:
+    >>> from hf_fvo.grammar.schema.patterns import without_assertions
+    >>> without_assertions("^(?!x)[a-z]{1,6}$")
+    '^[a-z]{1,6}$'
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["inner_anchor", "regex_problem", "without_assertions"]
+
+_LOOKAROUND = re.compile(r"\(\?<?[=!]")
+_BACKREFERENCE = re.compile(r"\\[1-9]|\\k<")
+
+
+def regex_problem(pattern: str, what: str) -> str | None:
+    """Why the grammar engines cannot compile ``pattern`` (look-around, backreferences), if so."""
+    if _LOOKAROUND.search(pattern):
+        return (
+            f"{what} {pattern!r} uses look-around, which the regex engines hf_fvo builds on "
+            "(Rust regex syntax: llguidance, outlines-core) do not compile"
+        )
+    if _BACKREFERENCE.search(pattern):
+        return f"{what} {pattern!r} uses a backreference, which is not regular"
+    return None
+
+
+def inner_anchor(pattern: str) -> bool:
+    """Whether ``pattern`` has ``^`` or ``$`` other than at its very start or end (outside
+    character classes and escapes)."""
+    in_class, i = False, 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "^":
+                i += 1
+        elif (ch == "^" and i > 0) or (ch == "$" and i < len(pattern) - 1):
+            return True
+        i += 1
+    return False
+
+
+def without_assertions(pattern: str) -> str | None:
+    """``pattern`` with every look-around group removed and every backreference widened to
+    any text: a pattern every string matching ``pattern`` matches (look-arounds only ever
+    remove matches); ``None`` where the pattern cannot be read (unbalanced parentheses)."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    in_class = False
+    while i < n:
+        ch = pattern[i]
+        if ch == "\\":
+            escape = pattern[i : i + 2]
+            name = re.match(r"\\k<[^>]*>", pattern[i:])
+            if not in_class and (re.fullmatch(r"\\[1-9]", escape) or name):
+                out.append("[\\s\\S]*")
+                i += len(name.group(0)) if name else 2
+                while not name and i < n and pattern[i].isdigit():
+                    i += 1
+                continue
+            out.append(escape)
+            i += 2
+            continue
+        if in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif _LOOKAROUND.match(pattern, i):
+            depth, j = 0, i
+            while j < n:  # skip to the group's closing parenthesis
+                if pattern[j] == "\\":
+                    j += 2
+                    continue
+                depth += {"(": 1, ")": -1}.get(pattern[j], 0)
+                j += 1
+                if depth == 0:
+                    break
+            if depth:
+                return None
+            i = j
+            continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
