@@ -76,13 +76,12 @@ class _Order:
         return self.unordered(out, path)
 
     def refuse_merged(self, node: dict[str, Any], path: str) -> None:
-        parts = [m for m in node.get("allOf", []) if _lists_keys(resolve(m, self.defs))]
+        parts = [m for m in node.get("allOf", []) if self.keys_within(m)]
         if "$ref" in node and len(node) > 1:
-            target = resolve({"$ref": node["$ref"]}, self.defs)
-            parts += [target] if _lists_keys(target) else []
+            parts += [node["$ref"]] if self.keys_within({"$ref": node["$ref"]}) else []
         own = _lists_keys(node)
-        branches = [b for b in node.get("anyOf", []) if _lists_keys(resolve(b, self.defs))]
-        if len(parts) + own > 1 or (own and branches):
+        branches = [b for b in node.get("anyOf", []) if self.keys_within(b)]
+        if len(parts) + own > 1 or ((own or parts) and branches):
             raise UnsupportedSchemaError(
                 f"{path}: key_order='any' is not built for an object whose keys are merged from "
                 "several parts (allOf, $ref or anyOf beside listed properties); use "
@@ -93,6 +92,19 @@ class _Order:
                 f"{path}: key_order='any' is not built beside patternProperties; use "
                 "key_order='schema'"
             )
+
+    def keys_within(self, node: Any, depth: int = 0) -> bool:
+        """Whether ``node`` lists keys itself or through the parts it is made of (``allOf``
+        members, ``anyOf`` branches, a ``$ref``'s target), which the engine merges."""
+        node = resolve(node, self.defs)
+        if not isinstance(node, dict) or depth > 32:
+            return False
+        if _lists_keys(node):
+            return True
+        parts = [*node.get("allOf", []), *node.get("anyOf", [])]
+        if "$ref" in node:
+            parts.append({"$ref": node["$ref"]})
+        return any(self.keys_within(p, depth + 1) for p in parts)
 
     def unordered(self, node: dict[str, Any], path: str) -> Any:
         props = dict(node.get("properties", {}))
