@@ -445,6 +445,16 @@ def test_key_order_any_admits_every_order_each_key_once_required_present(smol_to
         for text, valid in texts.items():
             assert member(g, text) == valid, (text, g.source)
     assert member(spec, '{"z":null,"a":1}') and not member(closed, '{"z":null,"a":1}')
+    patterned = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}},
+        "required": ["a"],
+        "patternProperties": {"^x_": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    g = Grammar.from_json_schema(patterned, smol_tokenizer, whitespace="", key_order="any")
+    assert member(g, '{"x_1":"s","a":1}') and member(g, '{"a":1,"x_1":"s"}')
+    assert not member(g, '{"x_1":"s"}') and not member(g, '{"x_1":1,"a":1}')
     merged = {"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
     branches = {"properties": {"a": {}, "b": {}}, "additionalProperties": False,
                 "oneOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]},

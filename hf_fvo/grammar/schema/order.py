@@ -12,8 +12,8 @@ most once, the required ones present:
   of the finished text decides those (:class:`~.facts.Checked`).
 
 An object whose keys are merged from several parts (``allOf`` members, an ``anyOf`` branch
-beside listed properties, a ``$ref`` beside them) or listed beside ``patternProperties`` is
-refused, naming it: its keys would keep an order the engine imposes.
+beside listed properties, a ``$ref`` beside them), or with a listed name a ``patternProperties``
+pattern also matches, is refused, naming it: its keys would keep an order the engine imposes.
 
 Example:
     >>> from hf_fvo.grammar.schema.order import any_key_order
@@ -29,7 +29,7 @@ import itertools
 from typing import Any
 
 from hf_fvo.errors import UnsupportedSchemaError
-from hf_fvo.grammar.schema.facts import Checked, definitions_of, resolve
+from hf_fvo.grammar.schema.facts import Checked, Intersect, definitions_of, resolve
 
 __all__ = ["MAX_PERMUTED", "any_key_order"]
 
@@ -40,7 +40,7 @@ _SCHEMA_LISTS = ("anyOf", "allOf", "prefixItems")
 _SCHEMA_VALUES = ("additionalProperties", "items")
 
 
-def any_key_order(root: Any, checked: list[Checked]) -> Any:
+def any_key_order(root: Any, checked: list[Checked], intersect: Intersect | None = None) -> Any:
     """``root`` (a prepared schema) with every object's keys in any order; what only the check
     decides is appended to ``checked``.
 
@@ -49,13 +49,16 @@ def any_key_order(root: Any, checked: list[Checked]) -> Any:
             its pointer.
     """
     defs = definitions_of(root)
-    return _Order(defs, checked).node(root, "#")
+    return _Order(defs, checked, intersect).node(root, "#")
 
 
 class _Order:
-    def __init__(self, defs: dict[str, Any], checked: list[Checked]) -> None:
+    def __init__(
+        self, defs: dict[str, Any], checked: list[Checked], intersect: Intersect | None
+    ) -> None:
         self.defs = defs
         self.checked = checked
+        self.intersect = intersect
 
     def node(self, node: Any, path: str) -> Any:
         if not isinstance(node, dict):
@@ -87,11 +90,6 @@ class _Order:
                 "several parts (allOf, $ref or anyOf beside listed properties); use "
                 "key_order='schema'"
             )
-        if own and node.get("patternProperties"):
-            raise UnsupportedSchemaError(
-                f"{path}: key_order='any' is not built beside patternProperties; use "
-                "key_order='schema'"
-            )
 
     def keys_within(self, node: Any, depth: int = 0) -> bool:
         """Whether ``node`` lists keys itself or through the parts it is made of (``allOf``
@@ -114,7 +112,13 @@ class _Order:
             props.setdefault(name, extra)
         names = [n for n, s in props.items() if s is not False]
         rest = {k: v for k, v in node.items() if k not in _OBJECT}
-        if extra is False and len(names) <= MAX_PERMUTED:
+        theirs = dict(node.get("patternProperties", {}))
+        if theirs and any(self.matches(p, n) for p in theirs for n in props):
+            raise UnsupportedSchemaError(
+                f"{path}: key_order='any' is not built for a listed property whose name a "
+                "patternProperties pattern also matches; use key_order='schema'"
+            )
+        if extra is False and len(names) <= MAX_PERMUTED and not theirs:
             if len(names) < 2:
                 return node
             return {"anyOf": [
@@ -126,7 +130,12 @@ class _Order:
                                     "order; that each appears at most once and the required "
                                     "ones appear is decided by the check"))  # fmt: skip
         patterns = {f"^{_literal(n)}$": s for n, s in props.items()}
-        return {**rest, "patternProperties": patterns, "additionalProperties": extra}
+        return {**rest, "patternProperties": {**patterns, **theirs}, "additionalProperties": extra}
+
+    def matches(self, pattern: str, name: str) -> bool:
+        """Whether ``pattern`` may match the key ``name`` (the engine's answer; without an
+        oracle, yes)."""
+        return self.intersect is None or self.intersect((pattern, f"^{_literal(name)}$"))
 
 
 def _lists_keys(node: Any) -> bool:

@@ -185,7 +185,7 @@ def prepare_json_schema(
         root = rewrite_logic(root, intersect, checked, decimal_multiples=decimal_multiples)
         if key_order == "any":
             ordered: list[Checked] = []
-            root = any_key_order(root, ordered)
+            root = any_key_order(root, ordered, intersect)
             if ordered and checked is None:
                 raise UnsupportedSchemaError(f"{ordered[0].pointer}: {ordered[0].reason} "
                                              "(checks=False)")  # fmt: skip
