@@ -73,9 +73,17 @@ class _Order:
         for key in _SCHEMA_VALUES:
             if key in out:
                 out[key] = self.node(out[key], f"{path}/{key}")
-        self.refuse_merged(node, path)
-        if not isinstance(node.get("properties"), dict) and "required" not in node:
+        if not _lists_keys(node):
+            self.refuse_merged(node, path)
             return out
+        out = _types_folded(out)
+        self.refuse_merged(out, path)
+        if any(k in out for k in ("allOf", "anyOf", "$ref")):
+            raise UnsupportedSchemaError(
+                f"{path}: key_order='any' is not built for an object with listed properties "
+                "beside allOf, anyOf or $ref (the engine merges them in the schema's order); "
+                "use key_order='schema'"
+            )
         return self.unordered(out, path)
 
     def refuse_merged(self, node: dict[str, Any], path: str) -> None:
@@ -136,6 +144,38 @@ class _Order:
         """Whether ``pattern`` may match the key ``name`` (the engine's answer; without an
         oracle, yes)."""
         return self.intersect is None or self.intersect((pattern, f"^{_literal(name)}$"))
+
+
+def _types_folded(node: dict[str, Any]) -> dict[str, Any]:
+    """``node`` with the ``allOf`` members that only restrict the JSON type (``anyOf`` of
+    ``type``s, the shape ``oneOf: [{type: object}, {type: null}]`` rewrites to) folded into its
+    own ``type``."""
+    members = node.get("allOf", [])
+    kinds = [_type_set(m) for m in members]
+    if not members or any(k is None for k in kinds):
+        return node
+    allowed = set.intersection(*kinds)
+    if "type" in node:
+        own = {node["type"]} if isinstance(node["type"], str) else set(node["type"])
+        allowed &= own | ({"integer"} if "number" in own else set())
+    if not allowed:
+        return node
+    out = {k: v for k, v in node.items() if k != "allOf"}
+    names = sorted(allowed)
+    out["type"] = names[0] if len(names) == 1 else names
+    return out
+
+
+def _type_set(node: Any) -> set[str] | None:
+    """The types a schema that says nothing but ``type`` (or an ``anyOf`` of such) admits."""
+    if isinstance(node, dict) and set(node) == {"type"}:
+        kind = node["type"]
+        names = {kind} if isinstance(kind, str) else set(kind)
+        return names | ({"integer"} if "number" in names else set())
+    if isinstance(node, dict) and set(node) == {"anyOf"}:
+        parts = [_type_set(b) for b in node["anyOf"]]
+        return None if any(p is None for p in parts) else set().union(*parts)
+    return None
 
 
 def _lists_keys(node: Any) -> bool:
