@@ -455,6 +455,15 @@ def test_key_order_any_admits_every_order_each_key_once_required_present(smol_to
     g = Grammar.from_json_schema(patterned, smol_tokenizer, whitespace="", key_order="any")
     assert member(g, '{"x_1":"s","a":1}') and member(g, '{"a":1,"x_1":"s"}')
     assert not member(g, '{"x_1":"s"}') and not member(g, '{"x_1":1,"a":1}')
+    with_defs = {
+        "$defs": {"n": {"type": "integer"}},
+        "type": "object",
+        "required": ["a"],
+        "properties": {"a": {"$ref": "#/$defs/n"}, "b": {}},
+        "additionalProperties": False,
+    }
+    g = Grammar.from_json_schema(with_defs, smol_tokenizer, whitespace="", key_order="any")
+    assert member(g, '{"b":null,"a":1}') and not member(g, '{"b":null,"a":"x"}')
     merged = {"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
     branches = {"properties": {"a": {}, "b": {}}, "additionalProperties": False,
                 "oneOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]},

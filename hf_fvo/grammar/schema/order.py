@@ -35,7 +35,7 @@ __all__ = ["MAX_PERMUTED", "any_key_order"]
 
 MAX_PERMUTED = 3  # listed names up to which a closed object is the union of its orders
 _OBJECT = ("properties", "required", "patternProperties")
-_SCHEMA_MAPS = ("properties", "patternProperties", "$defs")
+_SCHEMA_MAPS = ("properties", "patternProperties")
 _SCHEMA_LISTS = ("anyOf", "allOf", "prefixItems")
 _SCHEMA_VALUES = ("additionalProperties", "items")
 
@@ -49,7 +49,12 @@ def any_key_order(root: Any, checked: list[Checked], intersect: Intersect | None
             its pointer.
     """
     defs = definitions_of(root)
-    return _Order(defs, checked, intersect).node(root, "#")
+    order = _Order(defs, checked, intersect)
+    if not isinstance(root, dict) or not defs:
+        return order.node(root, "#")
+    body = order.node({k: v for k, v in root.items() if k != "$defs"}, "#")
+    rewritten = {name: order.node(d, f"#/$defs/{name}") for name, d in defs.items()}
+    return {**body, "$defs": rewritten}  # the definitions stay at the root, where refs point
 
 
 class _Order:
