@@ -483,3 +483,20 @@ def test_formats_are_asserted_by_default_and_annotations_on_request(smol_tokeniz
     assert accepts(annotation, smol_tokenizer, '"2023-02-29"') and not annotation.checked
     with pytest.raises(UnsupportedSchemaError, match="formats must be"):
         Grammar.from_json_schema(schema, smol_tokenizer, formats="ignore")
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["^(?!x)[a-z]{1,6}$", "(a)\\1", "^(?=[^=]+$)(?!\\s+$)(.|\\n)+$", "a(?=\\))\\)", "(?<=a)b",
+     "[(?=]x", "^(?:(a)|b)\\1?c$"],
+)  # fmt: skip
+def test_a_pattern_without_its_assertions_matches_every_string_the_pattern_does(pattern):
+    import itertools
+
+    from hf_fvo.grammar.schema.patterns import without_assertions
+
+    wider = re.compile(without_assertions(pattern))
+    strings = ["".join(t) for n in range(5) for t in itertools.product("abcx)=\n ", repeat=n)]
+    matched = [s for s in strings if re.search(pattern, s)]
+    assert matched  # the pattern matches something here
+    assert all(wider.search(s) for s in matched)

@@ -18,6 +18,7 @@ __all__ = ["inner_anchor", "regex_problem", "without_assertions"]
 
 _LOOKAROUND = re.compile(r"\(\?<?[=!]")
 _BACKREFERENCE = re.compile(r"\\[1-9]|\\k<")
+_BACKREFERENCE_AT = re.compile(r"\\(?:[1-9][0-9]*|k<[^>]*>)")
 
 
 def regex_problem(pattern: str, what: str) -> str | None:
@@ -32,59 +33,57 @@ def regex_problem(pattern: str, what: str) -> str | None:
     return None
 
 
-def inner_anchor(pattern: str) -> bool:
-    """Whether ``pattern`` has ``^`` or ``$`` other than at its very start or end (outside
-    character classes and escapes)."""
+def _kinds(pattern: str) -> list[str]:
+    """Per character of ``pattern``: ``"syntax"`` (outside character classes, unescaped),
+    ``"escape"`` (a backslash outside classes, its escaped character ``"escaped"``) or
+    ``"class"`` (inside a character class, its brackets included)."""
+    kinds = ["class"] * len(pattern)
     in_class, i = False, 0
     while i < len(pattern):
         ch = pattern[i]
         if ch == "\\":
+            if not in_class:
+                kinds[i : i + 2] = ["escape", "escaped"][: len(pattern) - i]
             i += 2
             continue
         if in_class:
             in_class = ch != "]"
         elif ch == "[":
             in_class = True
-            if pattern[i + 1 : i + 2] == "^":
-                i += 1
-        elif (ch == "^" and i > 0) or (ch == "$" and i < len(pattern) - 1):
-            return True
+        else:
+            kinds[i] = "syntax"
         i += 1
-    return False
+    return kinds
+
+
+def inner_anchor(pattern: str) -> bool:
+    """Whether ``pattern`` has ``^`` or ``$`` other than at its very start or end (outside
+    character classes and escapes)."""
+    last = len(pattern) - 1
+    return any(
+        kind == "syntax" and ((ch == "^" and i > 0) or (ch == "$" and i < last))
+        for i, (ch, kind) in enumerate(zip(pattern, _kinds(pattern), strict=True))
+    )
 
 
 def without_assertions(pattern: str) -> str | None:
     """``pattern`` with every look-around group removed and every backreference widened to
     any text: a pattern every string matching ``pattern`` matches (look-arounds only ever
     remove matches); ``None`` where the pattern cannot be read (unbalanced parentheses)."""
+    kinds = _kinds(pattern)
     out: list[str] = []
     i, n = 0, len(pattern)
-    in_class = False
     while i < n:
-        ch = pattern[i]
-        if ch == "\\":
-            escape = pattern[i : i + 2]
-            name = re.match(r"\\k<[^>]*>", pattern[i:])
-            if not in_class and (re.fullmatch(r"\\[1-9]", escape) or name):
-                out.append("[\\s\\S]*")
-                i += len(name.group(0)) if name else 2
-                while not name and i < n and pattern[i].isdigit():
-                    i += 1
-                continue
-            out.append(escape)
-            i += 2
+        if kinds[i] == "escape":
+            reference = _BACKREFERENCE_AT.match(pattern, i)
+            out.append("[\\s\\S]*" if reference else pattern[i : i + 2])
+            i = reference.end() if reference else i + 2
             continue
-        if in_class:
-            in_class = ch != "]"
-        elif ch == "[":
-            in_class = True
-        elif _LOOKAROUND.match(pattern, i):
+        if kinds[i] == "syntax" and _LOOKAROUND.match(pattern, i):
             depth, j = 0, i
-            while j < n:  # skip to the group's closing parenthesis
-                if pattern[j] == "\\":
-                    j += 2
-                    continue
-                depth += {"(": 1, ")": -1}.get(pattern[j], 0)
+            while j < n:  # to the group's closing parenthesis
+                if kinds[j] == "syntax":
+                    depth += {"(": 1, ")": -1}.get(pattern[j], 0)
                 j += 1
                 if depth == 0:
                     break
@@ -92,6 +91,6 @@ def without_assertions(pattern: str) -> str | None:
                 return None
             i = j
             continue
-        out.append(ch)
+        out.append(pattern[i])
         i += 1
     return "".join(out)
