@@ -16,7 +16,7 @@ import torch
 
 import hf_fvo
 from hf_fvo import Grammar
-from hf_fvo.errors import CheckFailedError
+from hf_fvo.errors import CheckFailedError, InvalidArgumentError
 from hf_fvo.eval import TerminalLaw, empirical_tv, null_tv_percentiles, sampling_law, sequence_law
 from hf_fvo.grammar import TokenVocabulary
 from hf_fvo.models import MarkovLM
@@ -107,6 +107,10 @@ def test_a_check_that_never_passes_is_a_typed_error_naming_the_keyword(model):
         hf_fvo.generate(model, ids, grammar=g, do_sample=True, max_new_tokens=6, check_tries=3)
     with pytest.raises(CheckFailedError, match="particles failed the final check"):
         hf_fvo.generate(model, ids, grammar=g, do_sample=True, max_new_tokens=6, particles=4)
+    with pytest.raises(InvalidArgumentError, match="check_tries"):
+        hf_fvo.generate(model, ids, grammar=g, do_sample=True, max_new_tokens=6, check_tries=0)
+    assert g.check_text("[1, 2").startswith("the text is not one JSON value")
+    assert "appears twice" in g.check_text('{"a": 1, "a": 2}')
 
 
 def _until_eos(row: list[int], eos: int) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hf_fvo import Grammar
-from hf_fvo.errors import EmptyLanguageError, UnsupportedSchemaError
+from hf_fvo.errors import EmptyLanguageError, InvalidArgumentError, UnsupportedSchemaError
 
 CASES = {
     "allOf intersects": (
@@ -481,8 +481,12 @@ def test_formats_are_asserted_by_default_and_annotations_on_request(smol_tokeniz
     assert accepts(asserted, smol_tokenizer, '"2024-02-29"')
     assert not accepts(asserted, smol_tokenizer, '"2023-02-29"')
     assert accepts(annotation, smol_tokenizer, '"2023-02-29"') and not annotation.checked
-    with pytest.raises(UnsupportedSchemaError, match="formats must be"):
+    with pytest.raises(InvalidArgumentError, match="formats must be 'assert' or 'annotation'"):
         Grammar.from_json_schema(schema, smol_tokenizer, formats="ignore")
+    with pytest.raises(InvalidArgumentError, match="key_order must be 'schema' or 'any'"):
+        Grammar.from_json_schema(schema, smol_tokenizer, key_order="sorted")
+    with pytest.raises(InvalidArgumentError, match="key_order='any' needs backend='pushdown'"):
+        Grammar.from_json_schema(schema, smol_tokenizer, key_order="any", backend="automaton")
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
 
-from hf_fvo.errors import GrammarError, UnsupportedSchemaError
+from hf_fvo.errors import GrammarError, InvalidArgumentError, UnsupportedSchemaError
 from hf_fvo.grammar.schema.facts import CHECKED, MAX_DEPTH, Checked, Intersect, is_number
 from hf_fvo.grammar.schema.formats import FORMAT_CHECKS, FORMATS, format_schema
 from hf_fvo.grammar.schema.order import any_key_order
@@ -171,9 +171,9 @@ def prepare_json_schema(
         {'type': 'object', 'properties': {'a': {'type': 'integer'}}, 'additionalProperties': False}
     """
     if formats not in ("assert", "annotation"):
-        raise UnsupportedSchemaError(f"formats must be 'assert' or 'annotation', got {formats!r}")
+        raise InvalidArgumentError(f"formats must be 'assert' or 'annotation', got {formats!r}")
     if key_order not in ("schema", "any"):
-        raise UnsupportedSchemaError(f"key_order must be 'schema' or 'any', got {key_order!r}")
+        raise InvalidArgumentError(f"key_order must be 'schema' or 'any', got {key_order!r}")
     raw = load_json_schema(schema)
     checked: list[Checked] | None = [] if checks else None
     cleaner = _Cleaner(raw, checked, formats=formats)
