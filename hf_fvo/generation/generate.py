@@ -187,7 +187,7 @@ def generate(
     if any(generate_kwargs.get(k) for k in _PER_STEP_OUTPUTS):
         tries = 1  # per-step outputs (scores, a streamer) follow one draw: no redraws
     out = _generate(model, input_ids, **options, **generate_kwargs)
-    return redraw_failed(model, input_ids, out, tries=tries, options=options,
+    return _redraw_failed(model, input_ids, out, tries=tries, options=options,
                          kwargs=generate_kwargs)  # fmt: skip
 
 
@@ -531,7 +531,7 @@ def _row_by_row(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:
     return out
 
 
-def redraw_failed(
+def _redraw_failed(
     model: Any,
     input_ids: torch.Tensor,
     out: Any,

@@ -207,7 +207,7 @@ class GrammarCompiler:
         return self._pushdown(
             "json_schema", json_definition(body, whitespace),
             f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}", notes, finite,
-            closing, (check, prepared.checked),
+            closing, check, prepared.checked,
         )  # fmt: skip
 
     def regex(
@@ -284,20 +284,20 @@ class GrammarCompiler:
         notes: Sequence[str] = (),
         finite: bool = False,
         closing: int | None = None,
-        check: tuple[Any, tuple[Any, ...]] | None = None,
+        check: schema_logic.SchemaCheck | None = None,
+        checked: tuple[schema_logic.Checked, ...] = (),
     ) -> PushdownGrammar:
-        final, checked = check if check is not None and check[0] is not None else (None, ())
 
         def build() -> PushdownGrammar:
             if self._pushdown_tokenizer is None:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
             grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
                                       source, notes, finite, closing)  # fmt: skip
-            if final is not None:
-                grammar._attach_check(final, checked)
+            if check is not None:
+                grammar._attach_check(check, checked)
             return grammar
 
-        key = ("pushdown", kind, definition, None if final is None else final.key)
+        key = ("pushdown", kind, definition, None if check is None else check.key)
         return self._grammars.get_or_build(key, build)
 
     def __repr__(self) -> str:

@@ -130,6 +130,8 @@ class Grammar(ABC):
     """
 
     backend: ClassVar[str]
+    _final_check: Callable[[str], str | None] | None = None  # set by the compiler, if any
+    _checked: tuple[Any, ...] = ()
 
     # -- construction -----------------------------------------------------------------------
 
@@ -503,7 +505,7 @@ class Grammar(ABC):
             >>> [c.keyword for c in g.checked]
             ['uniqueItems']
         """
-        return getattr(self, "_checked", ())
+        return self._checked
 
     def check(self, token_ids: Iterable[int]) -> str | None:
         """``None`` when the text these tokens spell (EOS and special tokens spell nothing)
@@ -518,7 +520,7 @@ class Grammar(ABC):
             >>> g.check(tok.encode("[1, 2]")) is None, g.check(tok.encode("[1, 1]"))[:14]
             (True, '#/uniqueItems:')
         """
-        if getattr(self, "_final_check", None) is None:
+        if self._final_check is None:
             return None
         vocab = self.vocabulary
         if vocab is None:  # pragma: no cover - checks come only with a tokenizer's grammars
@@ -536,8 +538,7 @@ class Grammar(ABC):
             >>> g.check_text('"xn--bcher-kva.example"') is None, g.check_text('"xn--X"')[:9]
             (True, '#/format:')
         """
-        final = getattr(self, "_final_check", None)
-        return None if final is None else final(text)
+        return None if self._final_check is None else self._final_check(text)
 
     def _attach_check(self, check: Callable[[str], str | None], checked: tuple[Any, ...]) -> None:
         """Give a grammar being compiled its exact final check (the compiler calls this before

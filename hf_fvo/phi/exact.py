@@ -86,11 +86,17 @@ class TrieExploration:
             for tok, lp in zip(node.children.tolist(), node.child_logp.tolist(), strict=True):
                 child = (*prefix, tok)
                 if tok in eos and lp > -math.inf:
-                    if not self.grammar.checked or self.grammar.check(prefix) is None:
+                    if _passes_check(self.grammar, prefix):
                         out[child[len(self.root) :]] = weight + lp
                 elif child in self.nodes:
                     path[child] = weight + lp
         return out
+
+
+def _passes_check(grammar: Grammar, text: tuple[int, ...]) -> bool:
+    """Whether a finished text passes the grammar's final check (a leaf's Φ: 1 or 0; the
+    check keeps its verdicts)."""
+    return not grammar.checked or grammar.check(text) is None
 
 
 class ExactPhi(PhiEstimator):
@@ -152,7 +158,6 @@ class ExactPhi(PhiEstimator):
         self._explorations: LRU[tuple[tuple[int, ...], int | None], list[TrieExploration]] = LRU(
             self.max_prompts
         )
-        self._checked_leaves: dict[tuple[int, ...], bool] = {}  # final-check verdicts
 
     # -- interface ------------------------------------------------------------------------------
 
@@ -288,7 +293,7 @@ class ExactPhi(PhiEstimator):
                 stored += len(children)
                 toks, lps = children.numpy(), child_logp.numpy()
                 ends = np.isin(toks, eos)
-                if ends.any() and self._passes(prefix):
+                if ends.any() and _passes_check(g, prefix):
                     done_log = float(np.logaddexp.reduce([done_log, *(logp_path + lps[ends])]))
                 frontier.add(prefix, s, logp_path, toks[~ends], lps[~ends])
             if stored > self.max_stored:
@@ -307,15 +312,6 @@ class ExactPhi(PhiEstimator):
             ex.residual = math.exp(rest - done_log) if done_log > -math.inf else math.inf
         self._backward(ex)
         return ex
-
-    def _passes(self, text: tuple[int, ...]) -> bool:
-        """Whether a finished text passes the grammar's final check (its leaves' Φ)."""
-        if not self.grammar.checked:
-            return True
-        verdict = self._checked_leaves.get(text)
-        if verdict is None:
-            verdict = self._checked_leaves[text] = self.grammar.check(text) is None
-        return verdict
 
     def _too_large(
         self, what: str, ex: TrieExploration, frontier: BestFirstFrontier, done_log: float
@@ -338,7 +334,7 @@ class ExactPhi(PhiEstimator):
             hi = torch.zeros(len(node.children), dtype=torch.float64)  # unexplored: Φ ≤ 1
             for i, tok in enumerate(node.children.tolist()):
                 if tok in eos:  # a leaf: Φ = 1 when the text passes the final check, else 0
-                    lo[i] = hi[i] = 0.0 if self._passes(prefix) else -math.inf
+                    lo[i] = hi[i] = 0.0 if _passes_check(self.grammar, prefix) else -math.inf
                     continue
                 child = ex.nodes.get((*prefix, tok))
                 if child is not None:

@@ -250,8 +250,12 @@ class SchemaCheck:
         self.key = (text, formats)  # equal keys: the same check
         checker = _format_checker() if formats else None
         self._validator = _validator_class(exact)(exact, format_checker=checker)
+        self._cached = functools.lru_cache(maxsize=4096)(self._verdict)  # each text once
 
     def __call__(self, text: str) -> str | None:
+        return self._cached(text)
+
+    def _verdict(self, text: str) -> str | None:
         try:
             value = load_exact(text)
         except ValueError as exc:
