@@ -11,9 +11,14 @@ most once, the required ones present:
   in any order) — a superset that lets a key repeat or a required one be missing, so the check
   of the finished text decides those (:class:`~.facts.Checked`).
 
-An object whose keys are merged from several parts (``allOf`` members, an ``anyOf`` branch
-beside listed properties, a ``$ref`` beside them), or with a listed name a ``patternProperties``
-pattern also matches, is refused, naming it: its keys would keep an order the engine imposes.
+An object whose keys are merged from several parts (``allOf`` members, ``anyOf`` branches beside
+listed properties, a ``$ref`` beside them) is merged here first — the engine would merge them in
+the schema's order: each way of choosing the ``anyOf`` branches becomes one object whose names
+carry the ``allOf`` of what every part says of them (a part's ``additionalProperties`` for a name
+it does not list), up to :data:`MAX_MERGED` ways; beyond that, or where two parts both have
+``patternProperties``, the masks keep the object's own listing (a superset) and the check decides
+what the other parts say of its keys. A listed name that a ``patternProperties`` pattern also
+matches is left to that pattern in the masks (its own schema to the check).
 
 Example:
     >>> from hf_fvo.grammar.schema.order import any_key_order
@@ -26,15 +31,17 @@ Example:
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
-from hf_fvo.errors import UnsupportedSchemaError
-from hf_fvo.grammar.schema.facts import Checked, Intersect, definitions_of, resolve
+from hf_fvo.grammar.schema.facts import Checked, Intersect, all_of, definitions_of, resolve
 
-__all__ = ["MAX_PERMUTED", "any_key_order"]
+__all__ = ["MAX_MERGED", "MAX_PERMUTED", "any_key_order"]
 
 MAX_PERMUTED = 3  # listed names up to which a closed object is the union of its orders
+MAX_MERGED = 16  # ways of choosing anyOf branches up to which merged parts stay in the masks
 _OBJECT = ("properties", "required", "patternProperties")
+_MERGED = (*_OBJECT, "additionalProperties", "allOf", "anyOf", "$ref", "$defs")
 _SCHEMA_MAPS = ("properties", "patternProperties")
 _SCHEMA_LISTS = ("anyOf", "allOf", "prefixItems")
 _SCHEMA_VALUES = ("additionalProperties", "items")
@@ -42,12 +49,7 @@ _SCHEMA_VALUES = ("additionalProperties", "items")
 
 def any_key_order(root: Any, checked: list[Checked], intersect: Intersect | None = None) -> Any:
     """``root`` (a prepared schema) with every object's keys in any order; what only the check
-    decides is appended to ``checked``.
-
-    Raises:
-        UnsupportedSchemaError: an object whose keys are merged from several parts, named by
-            its pointer.
-    """
+    decides is appended to ``checked``."""
     defs = definitions_of(root)
     order = _Order(defs, checked, intersect)
     if not isinstance(root, dict) or not defs:
@@ -68,6 +70,14 @@ class _Order:
     def node(self, node: Any, path: str) -> Any:
         if not isinstance(node, dict):
             return node
+        node = _types_folded(node)
+        if self.merges(node):
+            return self.merged(node, path)
+        out = self.children(node, path)
+        return self.unordered(out, path) if _lists_keys(out) else out
+
+    def children(self, node: dict[str, Any], path: str) -> dict[str, Any]:
+        """``node`` with every subschema rewritten."""
         out = dict(node)
         for key in _SCHEMA_MAPS:
             if isinstance(out.get(key), dict):
@@ -78,31 +88,88 @@ class _Order:
         for key in _SCHEMA_VALUES:
             if key in out:
                 out[key] = self.node(out[key], f"{path}/{key}")
-        if not _lists_keys(node):
-            self.refuse_merged(node, path)
-            return out
-        out = _types_folded(out)
-        self.refuse_merged(out, path)
-        if any(k in out for k in ("allOf", "anyOf", "$ref")):
-            raise UnsupportedSchemaError(
-                f"{path}: key_order='any' is not built for an object with listed properties "
-                "beside allOf, anyOf or $ref (the engine merges them in the schema's order); "
-                "use key_order='schema'"
-            )
-        return self.unordered(out, path)
+        return out
 
-    def refuse_merged(self, node: dict[str, Any], path: str) -> None:
+    def merges(self, node: dict[str, Any]) -> bool:
+        """Whether the engine would merge keys from several parts of ``node``."""
         parts = [m for m in node.get("allOf", []) if self.keys_within(m)]
-        if "$ref" in node and len(node) > 1:
-            parts += [node["$ref"]] if self.keys_within({"$ref": node["$ref"]}) else []
+        if "$ref" in node and len(node) > 1 and self.keys_within({"$ref": node["$ref"]}):
+            parts.append(node["$ref"])
+        branches = any(self.keys_within(b) for b in node.get("anyOf", []))
         own = _lists_keys(node)
-        branches = [b for b in node.get("anyOf", []) if self.keys_within(b)]
-        if len(parts) + own > 1 or ((own or parts) and branches):
-            raise UnsupportedSchemaError(
-                f"{path}: key_order='any' is not built for an object whose keys are merged from "
-                "several parts (allOf, $ref or anyOf beside listed properties); use "
-                "key_order='schema'"
-            )
+        return len(parts) + own > 1 or bool((own or parts) and branches)
+
+    def merged(self, node: dict[str, Any], path: str) -> Any:
+        """An object merged from several parts, as the union of its merged forms (each with
+        keys in any order), or its own listing with the check deciding the rest."""
+        ways = self.flat(node, frozenset())
+        if ways is None or len(ways) > MAX_MERGED:
+            self.checked.append(Checked(path, "allOf", "key_order='any': what the parts merged "
+                                        "into this object say of its keys is decided by the "
+                                        "check"))  # fmt: skip
+            return self.node(self.loose(node), path)
+        forms = [self.node(way.schema(), path) for way in ways]
+        return forms[0] if len(forms) == 1 else {"anyOf": forms}
+
+    def flat(self, node: Any, seen: frozenset[str]) -> list[_Flat] | None:
+        """The ways ``node`` may be as one object (its ``anyOf`` branches chosen, its ``allOf``
+        members and ``$ref`` merged), or ``None`` where that is not built here."""
+        if node is True or node is False or not isinstance(node, dict):
+            return [_Flat(rest=[] if node is True else [node])]
+        if "$ref" in node and len(node) == 1:
+            if node["$ref"] in seen:
+                return None  # a recursive merge
+            target = resolve(node, self.defs)
+            return self.flat(target, seen | {node["$ref"]})
+        rest = {k: v for k, v in node.items() if k not in _MERGED}
+        parts: list[Any] = [rest] if rest else []
+        members = list(node.get("allOf", []))
+        if "$ref" in node:
+            members.append({"$ref": node["$ref"]})
+        parts += [m for m in members if not self.keys_within(m)]
+        branches = node.get("anyOf", [])
+        keyed_branches = any(self.keys_within(b) for b in branches)
+        if branches and not keyed_branches:
+            parts.append({"anyOf": branches})
+        own = _Flat(dict(node.get("properties", {})), dict(node.get("patternProperties", {})),
+                    node.get("additionalProperties", True), list(node.get("required", [])),
+                    parts)  # fmt: skip
+        ways: list[_Flat] | None = [own]
+        for member in members:
+            if self.keys_within(member):
+                ways = self.meet(ways, self.flat(member, seen))
+        if keyed_branches:
+            choices: list[_Flat] = []
+            for branch in branches:
+                way = self.flat(branch, seen)
+                if way is None:
+                    return None
+                choices += way
+            ways = self.meet(ways, choices)
+        return ways
+
+    def meet(self, ways: list[_Flat] | None, others: list[_Flat] | None) -> list[_Flat] | None:
+        if ways is None or others is None or len(ways) * len(others) > MAX_MERGED:
+            return None
+        met = [a.meet(b, self.matches) for a in ways for b in others]
+        return None if any(m is None for m in met) else met  # type: ignore[return-value]
+
+    def loose(self, node: dict[str, Any]) -> dict[str, Any]:
+        """``node`` without the parts whose keys it would merge: its own listing, or its first
+        keyed ``allOf`` member (a superset of the merge)."""
+        out = {k: v for k, v in node.items() if k not in ("allOf", "anyOf", "$ref")}
+        keyed = [m for m in node.get("allOf", []) if self.keys_within(m)]
+        keep = [m for m in node.get("allOf", []) if not self.keys_within(m)]
+        if not _lists_keys(node) and keyed:
+            keep.append(keyed[0])
+        if keep:
+            out["allOf"] = keep
+        branches = node.get("anyOf", [])
+        if branches and not any(self.keys_within(b) for b in branches):
+            out["anyOf"] = branches
+        if "$ref" in node and not self.keys_within({"$ref": node["$ref"]}):
+            out["$ref"] = node["$ref"]
+        return out
 
     def keys_within(self, node: Any, depth: int = 0) -> bool:
         """Whether ``node`` lists keys itself or through the parts it is made of (``allOf``
@@ -126,11 +193,6 @@ class _Order:
         names = [n for n, s in props.items() if s is not False]
         rest = {k: v for k, v in node.items() if k not in _OBJECT}
         theirs = dict(node.get("patternProperties", {}))
-        if theirs and any(self.matches(p, n) for p in theirs for n in props):
-            raise UnsupportedSchemaError(
-                f"{path}: key_order='any' is not built for a listed property whose name a "
-                "patternProperties pattern also matches; use key_order='schema'"
-            )
         if extra is False and len(names) <= MAX_PERMUTED and not theirs:
             if len(names) < 2:
                 return node
@@ -142,13 +204,61 @@ class _Order:
         self.checked.append(Checked(path, "properties", "key_order='any': keys come in any "
                                     "order; that each appears at most once and the required "
                                     "ones appear is decided by the check"))  # fmt: skip
-        patterns = {f"^{_literal(n)}$": s for n, s in props.items()}
+        # a listed name a pattern also matches is left to the pattern (its schema to the check)
+        patterns = {f"^{_literal(n)}$": s for n, s in props.items()
+                    if not any(self.matches(p, n) for p in theirs)}  # fmt: skip
         return {**rest, "patternProperties": {**patterns, **theirs}, "additionalProperties": extra}
 
     def matches(self, pattern: str, name: str) -> bool:
         """Whether ``pattern`` may match the key ``name`` (the engine's answer; without an
         oracle, yes)."""
         return self.intersect is None or self.intersect((pattern, f"^{_literal(name)}$"))
+
+
+@dataclass
+class _Flat:
+    """One way an object merged from parts may be: its listed names, patterns, the schema of
+    other keys, the required names, and what the parts say besides (kept as ``allOf``)."""
+
+    props: dict[str, Any] = field(default_factory=dict)
+    patterns: dict[str, Any] = field(default_factory=dict)
+    extra: Any = True
+    required: list[str] = field(default_factory=list)
+    rest: list[Any] = field(default_factory=list)
+
+    def value(self, name: str, matches: Any) -> Any:
+        """What this part says of the key ``name``."""
+        hits = [s for p, s in self.patterns.items() if matches(p, name)]
+        if name in self.props:
+            return all_of([self.props[name], *hits])
+        return all_of(hits) if hits else self.extra
+
+    def meet(self, other: _Flat, matches: Any) -> _Flat | None:
+        if self.patterns and other.patterns:
+            return None  # keys matching a pattern of one part and not the other: not built
+        names = dict.fromkeys([*self.props, *other.props])
+        return _Flat(
+            {n: all_of([self.value(n, matches), other.value(n, matches)]) for n in names},
+            {**{p: all_of([s, other.extra]) for p, s in self.patterns.items()},
+             **{p: all_of([s, self.extra]) for p, s in other.patterns.items()}},
+            all_of([self.extra, other.extra]),
+            list(dict.fromkeys([*self.required, *other.required])),
+            [*self.rest, *other.rest],
+        )  # fmt: skip
+
+    def schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.rest:
+            out["allOf"] = self.rest
+        if self.props:
+            out["properties"] = self.props
+        if self.patterns:
+            out["patternProperties"] = self.patterns
+        if self.required:
+            out["required"] = self.required
+        if self.extra is not True:
+            out["additionalProperties"] = self.extra
+        return out
 
 
 def _types_folded(node: dict[str, Any]) -> dict[str, Any]:
