@@ -21,7 +21,7 @@ from hf_fvo.errors import (
     UnsupportedSchemaError,
 )
 from hf_fvo.grammar.pushdown.completion import Completer
-from hf_fvo.grammar.pushdown.utf8 import utf8_tables
+from hf_fvo.grammar.pushdown.utf8 import json_text_tables, utf8_tables
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 from hf_fvo.lru import LRU
 
@@ -77,18 +77,30 @@ class PushdownTokenizer:
         self.llg = llguidance.LLTokenizer(
             wrapper, n_vocab=len(vocab), eos_token=list(vocab.eos_token_ids)
         )
-        self.ok, self.utf8_next = utf8_tables(vocab)
-        n = len(vocab)
-        self.words = (n + 31) // 32
-        self.ok_words = np.zeros((len(self.ok), self.words), dtype=np.uint32)
-        for s, row in enumerate(self.ok):
-            packed = np.packbits(row, bitorder="little")
-            self.ok_words[s].view(np.uint8)[: len(packed)] = packed
-            for e in vocab.eos_token_ids:
-                if e < n:
-                    self.ok_words[s, e >> 5] &= ~np.uint32(1 << (e & 31))
-        self.completer = Completer(vocab, self.utf8_next, self.ok_words)
+        self.words = (len(vocab) + 31) // 32
+        self.ok, self.utf8_next, self.ok_words, self.completer = self._filter(utf8_tables)
+        self._json_text: tuple[np.ndarray, np.ndarray, Completer] | None = None
         self._probes: LRU[bytes, Any] = LRU(_PROBE_SUFFIXES)
+
+    def json_text(self) -> tuple[np.ndarray, np.ndarray, Completer]:
+        """The byte filter of JSON text (:func:`~.utf8.json_text_tables`) as ``(next,
+        ok_words, completer)``, like ``utf8_next``, ``ok_words`` and ``completer``."""
+        if self._json_text is None:
+            _, nxt, words, completer = self._filter(json_text_tables)
+            self._json_text = (nxt, words, completer)
+        return self._json_text
+
+    def _filter(self, tables: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, Completer]:
+        ok, nxt = tables(self.vocab)
+        n = len(self.vocab)
+        words = np.zeros((len(ok), self.words), dtype=np.uint32)
+        for s, row in enumerate(ok):
+            packed = np.packbits(row, bitorder="little")
+            words[s].view(np.uint8)[: len(packed)] = packed
+            for e in self.vocab.eos_token_ids:
+                if e < n:
+                    words[s, e >> 5] &= ~np.uint32(1 << (e & 31))
+        return ok, nxt, words, Completer(self.vocab, nxt, words)
 
     def probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:
         """Parts of a probe vocabulary: per part an ``LLTokenizer`` over the vocabulary plus one

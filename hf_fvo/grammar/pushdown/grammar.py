@@ -132,12 +132,15 @@ class PushdownGrammar(Grammar):
 
         self._n = len(self._vocab)
         self._eos = self._vocab.eos_token_ids
-        self._utf8_next = tokenizer.utf8_next
         self._nwords = tokenizer.words
-        self._ok_words = tokenizer.ok_words  # the UTF-8 filter, packed like the parser's masks
-        self._completer = tokenizer.completer
         self._tokenizer = tokenizer
         self._probe_definition = probe_definition(self._definition)
+        # the byte filter (packed like the parser's masks): UTF-8, and canonical escapes in JSON
+        if self._probe_definition is None:
+            self._utf8_next, self._ok_words = tokenizer.utf8_next, tokenizer.ok_words
+            self._completer = tokenizer.completer
+        else:
+            self._utf8_next, self._ok_words, self._completer = tokenizer.json_text()
         root = llguidance.LLMatcher(tokenizer.llg, self._definition, log_level=0, limits=limits())
         if root.is_error():
             raise translate_error(root.get_error(), self._source)
