@@ -17,6 +17,7 @@ from typing import Any
 
 from hf_fvo.errors import (
     EmptyLanguageError,
+    GrammarTooLargeError,
     InvalidArgumentError,
     InvalidGrammarError,
     InvalidRegexError,
@@ -162,7 +163,7 @@ class GrammarCompiler:
                 return self._json_pushdown(
                     schema, whitespace, strict, checks, formats, relaxed, key_order
                 )
-            except UnsupportedSchemaError as exc:
+            except (UnsupportedSchemaError, GrammarTooLargeError) as exc:
                 # a limit of the engine that the check can take over: retry with it relaxed
                 limit = next((name for key, name in _ENGINE_LIMITS.items()
                               if key in str(exc) and name not in relaxed), None)  # fmt: skip
@@ -184,6 +185,8 @@ class GrammarCompiler:
             schema, strict=strict, intersect=patterns_intersect, checks=checks,
             formats=formats, decimal_multiples="decimal_multiples" not in relaxed,
             inner_anchors="inner_anchors" not in relaxed, key_order=key_order,
+            format_patterns="format_patterns" not in relaxed,
+            complements="complements" not in relaxed,
         )  # fmt: skip
         body = prepared.schema
         if body is False:
@@ -314,6 +317,9 @@ _SHARED: LRU[tuple[str, int], GrammarCompiler] = LRU(8)
 _ENGINE_LIMITS = {
     "multipleOf": "decimal_multiples",  # more digits than its number grammar holds
     "lookarounds not supported": "inner_anchors",  # ^ or $ inside a pattern
+    "Unable to determine if regex is empty": "format_patterns",  # a format ∩ a pattern
+    "schema too large": "complements",  # llguidance's limits on a schema's size
+    "u16::MAX": "complements",  # and on its grammar's symbols (GrammarTooLargeError)
 }  # GrammarCompiler.shared's instances
 
 

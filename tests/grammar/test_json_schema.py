@@ -464,13 +464,57 @@ def test_key_order_any_admits_every_order_each_key_once_required_present(smol_to
     }
     g = Grammar.from_json_schema(with_defs, smol_tokenizer, whitespace="", key_order="any")
     assert member(g, '{"b":null,"a":1}') and not member(g, '{"b":null,"a":"x"}')
-    merged = {"allOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]}
-    branches = {"properties": {"a": {}, "b": {}}, "additionalProperties": False,
-                "oneOf": [{"properties": {"a": {"const": 1}}, "required": ["a"]},
-                          {"properties": {"a": {"const": 2}}, "required": ["b"]}]}  # fmt: skip
-    for schema in (merged, branches):  # the engine would merge them in the schema's order
-        with pytest.raises(UnsupportedSchemaError, match=r"^#: key_order='any' is not built"):
-            Grammar.from_json_schema(schema, smol_tokenizer, key_order="any", strict=False)
+
+
+def test_key_order_any_merges_parts_before_the_engine_orders_them(smol_tokenizer):
+    """Objects whose keys come from several parts (allOf members, a $ref beside properties,
+    oneOf/anyOf branches, dependencies) admit every key order, with the parts' constraints."""
+
+    def member(g, text):
+        ids = smol_tokenizer.encode(text)
+        state = g.walk(ids)
+        return state is not None and g.is_accepting(state) and g.check(ids) is None
+
+    def grammar(schema):
+        return Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", key_order="any",
+                                        strict=False)  # fmt: skip
+
+    merged = grammar({"allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                                {"properties": {"b": {"type": "string"}}}]})  # fmt: skip
+    for text, valid in {'{"b":"x","a":1}': True, '{"a":1,"b":"x"}': True, '{"b":"x"}': False,
+                        '{"b":1,"a":1}': False, '{"a":1,"a":2}': False}.items():  # fmt: skip
+        assert member(merged, text) == valid, text
+    one_of = [{"properties": {"a": {"const": 1}}, "required": ["a"]},
+              {"properties": {"a": {"const": 2}}, "required": ["b"]}]  # fmt: skip
+    branches = grammar({"properties": {"a": {}, "b": {}}, "additionalProperties": False,
+                        "oneOf": one_of})  # fmt: skip
+    for text, valid in {'{"b":"x","a":1}': True, '{"a":2,"b":1}': True, '{"b":1}': True,
+                        '{"a":3}': False, '{"a":1,"c":1}': False, '{}': False}.items():  # fmt: skip
+        assert member(branches, text) == valid, text
+    with_ref = grammar({"$defs": {"base": {"properties": {"id": {"type": "integer"}},
+                                           "required": ["id"]}},
+                        "$ref": "#/$defs/base", "properties": {"name": {"type": "string"}},
+                        "required": ["name"], "unevaluatedProperties": False})  # fmt: skip
+    for text, valid in {'{"name":"n","id":1}': True, '{"id":1,"name":"n"}': True,
+                        '{"name":"n"}': False, '{"id":"1","name":"n"}': False,
+                        '{"id":1,"name":"n","x":0}': False}.items():  # fmt: skip
+        assert member(with_ref, text) == valid, text
+    depends = grammar({"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                       "dependentRequired": {"a": ["b"]}})  # fmt: skip
+    for text, valid in {'{"b":2,"a":1}': True, '{"a":1}': False, '{"b":2}': True}.items():
+        assert member(depends, text) == valid, text
+    patterned = grammar({"properties": {"x_a": {"type": "integer"}},
+                         "patternProperties": {"^x_": {"type": "number"}}})  # fmt: skip
+    for text, valid in {'{"x_b":0.5,"x_a":1}': True, '{"x_a":1.5}': False,
+                        '{"x_a":"s"}': False}.items():  # fmt: skip
+        assert member(patterned, text) == valid, text
+    # more ways than MAX_MERGED: the masks keep the object's own listing, the check the rest
+    pick = [{"anyOf": [{"properties": {f"k{i}": {"const": 0}}},
+                       {"properties": {f"k{i}": {"const": 1}}}]} for i in range(5)]  # fmt: skip
+    many = grammar({"properties": {f"k{i}": {"type": "integer"} for i in range(5)},
+                    "allOf": pick})  # fmt: skip
+    assert "allOf" in [c.keyword for c in many.checked]
+    assert member(many, '{"k4":1,"k0":0}') and not member(many, '{"k4":2,"k0":0}')
 
 
 def test_formats_are_asserted_by_default_and_annotations_on_request(smol_tokenizer):
@@ -504,3 +548,52 @@ def test_a_pattern_without_its_assertions_matches_every_string_the_pattern_does(
     matched = [s for s in strings if re.search(pattern, s)]
     assert matched  # the pattern matches something here
     assert all(wider.search(s) for s in matched)
+
+
+def test_an_extra_key_never_spells_a_listed_name_with_escapes(smol_tokenizer):
+    """llguidance 1.9.1 admits any ``\\uXXXX`` in the key of an extra property where it excludes
+    the listed names, so ``{"\\u0061": 1}`` (the key ``a``, listed as a string) passed as an
+    extra key; JSON grammars admit only the escapes their strings are built from."""
+    schema = {"type": "object", "properties": {"a": {"type": "string"}},
+              "additionalProperties": {"type": "integer"}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    assert not g.checked  # the masks decide alone
+    for text, valid in {'{"\\u0061":1}': False, '{"\\/":1}': False, '{"b":1}': True,
+                        '{"a":"s","b":2}': True, '{"a":"\\n\\u001f"}': True}.items():  # fmt: skip
+        assert accepts(g, smol_tokenizer, text) == valid, text
+
+
+def test_a_format_the_engine_cannot_intersect_with_a_pattern_goes_to_the_check(smol_tokenizer):
+    """llguidance cannot decide whether this pattern (MaskBench's o69972) meets format email:
+    the compiler retries with the format left to the final check instead of refusing."""
+    schema = {"type": "string", "format": "email", "minLength": 6,
+              "pattern": r"^\w+([\.-]?\w+)*@\w+([\.-]?\w+)*(\.\w{2,})+$"}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    assert [(c.pointer, c.keyword) for c in g.checked] == [("#/format", "format")]
+    with pytest.raises(UnsupportedSchemaError, match="Unable to determine if regex is empty"):
+        Grammar.from_json_schema(schema, smol_tokenizer, checks=False)
+    for text, valid in {'"ann@example.org"': True, '"ann@example"': False,
+                        '"ann@exa_mple.org"': False}.items():  # fmt: skip
+        ids = smol_tokenizer.encode(text)
+        state = g.walk(ids)
+        member = state is not None and g.is_accepting(state) and g.check(ids) is None
+        assert member == valid, text
+
+
+def test_a_schema_too_large_for_the_engine_leaves_its_complements_to_the_check(smol_tokenizer):
+    """JSONSchemaBench's ``tson`` (if/then/else, not and oneOf throughout) exceeds llguidance's
+    schema size with every complement built; the compiler retries with the complements left to
+    the final check, and what the grammar then admits is judged by the spec's validation."""
+    import jsonschema
+
+    row = json.loads((Path(__file__).resolve().parents[1] / "data" / "engine_limits.jsonl")
+                     .read_text())  # fmt: skip
+    g = Grammar.from_json_schema(row["schema"], smol_tokenizer, strict=False, whitespace="")
+    reasons = {c.reason for c in g.checked}
+    assert "left to the check: with complements the engine's grammar is too large" in reasons
+    ids = g.completion(g.initial_state)  # the shortest text the masks admit
+    text = smol_tokenizer.decode(ids)
+    valid = jsonschema.validators.validator_for(row["schema"])(row["schema"]).is_valid(
+        json.loads(text)
+    )
+    assert (g.check(ids) is None) == valid, text

@@ -129,6 +129,8 @@ def prepare_json_schema(
     decimal_multiples: bool = True,
     inner_anchors: bool = True,
     key_order: str = "schema",
+    format_patterns: bool = True,
+    complements: bool = True,
 ) -> PreparedSchema:
     """Rewrite ``schema`` into an exactly equivalent schema the pushdown engine enforces, or
     (``checks=True``) into the tightest superset it enforces plus the list of constraints an
@@ -154,6 +156,12 @@ def prepare_json_schema(
             to the check (for an engine that refuses one).
         inner_anchors: ``False`` (with ``checks``) leaves patterns with ``^`` or ``$`` inside
             them (not only at their ends) to the check (llguidance reads those as look-around).
+        format_patterns: ``False`` (with ``checks``) leaves a ``format`` that stands beside a
+            ``pattern`` to the check (for an engine that cannot decide whether the two
+            intersect).
+        complements: ``False`` (with ``checks``) builds no complement (``not``, the failing
+            side of ``if``, overlapping ``oneOf`` branches): the check decides them (for an
+            engine whose grammar would otherwise be too large).
         key_order: ``"schema"`` (default: an object's keys in the schema's order, the
             convention of Outlines and XGrammar) or ``"any"`` (:mod:`.order`: any order, each
             key at most once, the required ones present).
@@ -178,11 +186,13 @@ def prepare_json_schema(
     checked: list[Checked] | None = [] if checks else None
     cleaner = _Cleaner(raw, checked, formats=formats)
     cleaner.inner_anchors = inner_anchors
+    cleaner.format_patterns = format_patterns
     root = cleaner.run()
     try:
         if strict:
             root = apply_strict(root)
-        root = rewrite_logic(root, intersect, checked, decimal_multiples=decimal_multiples)
+        root = rewrite_logic(root, intersect, checked, decimal_multiples=decimal_multiples,
+                             complements=complements)  # fmt: skip
         if key_order == "any":
             ordered: list[Checked] = []
             root = any_key_order(root, ordered, intersect)
@@ -217,6 +227,7 @@ class _Cleaner:
         self.checked = checked  # None: refuse what has no exact grammar
         self.formats = formats
         self.inner_anchors = True  # False: patterns with ^ or $ inside go to the check
+        self.format_patterns = True  # False: a format beside a pattern goes to the check
         self.draft = _draft_of(raw)
         self.resources: dict[str, Any] = {}  # absolute base URI → raw node
         self.anchors: dict[str, Any] = {}  # absolute URI with #anchor → raw node
@@ -578,7 +589,10 @@ def _h_format(c: _Cleaner, out, node, key, value, path, base, depth) -> None:
         return  # 2019-09/2020-12's default: format constrains nothing
     if value in FORMAT_CHECKS:
         c.relax(out, path, "format", f"format {value!r}: {FORMAT_CHECKS[value]}")
-    if value in FORMATS:
+    if value in FORMATS and not c.format_patterns and "pattern" in node:
+        c.relax(out, path, "format", f"format {value!r} beside a pattern: the engine cannot "
+                "decide whether they intersect")  # fmt: skip
+    elif value in FORMATS:
         out[_FORMAT] = value
 
 

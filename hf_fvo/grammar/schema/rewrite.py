@@ -72,6 +72,7 @@ class _Logic:
         self.patterns_intersect = intersect
         self.checked = checked  # None: refuse what has no exact form
         self.decimal_multiples = True  # False: a fractional multipleOf is left to the check
+        self.complements = True  # False: not, if and overlapping oneOf are left to the check
         self.defs = definitions_of(root)
         self.raw_defs = copy.deepcopy(self.defs)
 
@@ -85,11 +86,15 @@ class _Logic:
         there), or refuse it, naming it."""
         if self.checked is None:
             raise UnsupportedSchemaError(f"{path}: {why}")
+        if not self.complements and keyword in ("not", "if", "oneOf"):
+            why = "left to the check: with complements the engine's grammar is too large"
         self.checked.append(Checked(path, keyword, why))
 
     def negate(
         self, node: Any, context: Any = None, defs: dict[str, Any] | None = None
     ) -> list[Any] | None:
+        if not self.complements:
+            return None
         defs = self.defs if defs is None else defs
         return negate(node, defs, context, intersect=self.patterns_intersect)
 
@@ -668,6 +673,7 @@ def rewrite_logic(
     checked: list[Checked] | None = None,
     *,
     decimal_multiples: bool = True,
+    complements: bool = True,
 ) -> Any:
     """Replace ``not``, ``if``/``then``/``else``, dependencies, ``oneOf``, ``propertyNames`` and
     ``uniqueItems`` by exactly equivalent ``anyOf``/``allOf`` structure, or refuse — or, given
@@ -678,6 +684,9 @@ def rewrite_logic(
         intersect: The oracle for pattern questions (see :data:`~.facts.Intersect`).
         checked: Where relaxed constraints are listed (``None``: refuse them).
         decimal_multiples: ``False`` leaves every fractional ``multipleOf`` to the check.
+        complements: ``False`` (with ``checked``) builds no complement: ``not``, the ``else``
+            side of ``if`` and overlapping ``oneOf`` branches are left to the check (for an
+            engine whose grammar would otherwise be too large).
 
     Example:
         >>> from hf_fvo.grammar.schema.rewrite import rewrite_logic
@@ -690,6 +699,7 @@ def rewrite_logic(
             root["$defs"] = dict(root["$defs"])
     logic = _Logic(root, intersect, checked)
     logic.decimal_multiples = decimal_multiples
+    logic.complements = complements
     return _inline_booleans(logic.run())
 
 
