@@ -32,6 +32,7 @@ import json
 import re
 import unicodedata
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from hf_fvo.grammar.schema.formats import FORMATS, MAX_LENGTH
@@ -206,9 +207,17 @@ def _validator_class(schema: Any) -> Any:
         elif extra is False and extras:
             yield ValidationError(f"additional properties are not allowed ({extras!r})")
 
+    def multiple_of(validator: Any, step: Any, instance: Any, schema: Any) -> Any:
+        # exact for any exponent (1e308 % 0.123456789 exceeds Decimal's default precision)
+        if (
+            validator.is_type(instance, "number")
+            and (Fraction(instance) / Fraction(step)).denominator != 1
+        ):
+            yield ValidationError(f"{instance} is not a multiple of {step}")
+
     return validators.extend(base, {
         "pattern": pattern, "patternProperties": pattern_properties,
-        "additionalProperties": additional_properties,
+        "additionalProperties": additional_properties, "multipleOf": multiple_of,
     }, type_checker=types)  # fmt: skip
 
 
