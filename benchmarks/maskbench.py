@@ -10,6 +10,9 @@ accepted, invalid ones rejected. For hf_fvo the grammar-guided search
 (``accepting_serialization``) is reported too: a valid instance in *any* key order the grammar
 accepts, an invalid one in the schema's global order (``schema_key_order``).
 
+``--ensure-ascii`` writes the instances as Python's ``json.dumps`` does by default (every
+non-ASCII character as ``\\uXXXX``): a spelling JSON allows that canonical-only lexemes reject.
+
 Usage:
     python benchmarks/maskbench.py --timeout 60 --write
 """
@@ -51,6 +54,12 @@ def main() -> None:
         choices=("schema", "any"),
         help="any: hf_fvo with key_order='any', instances in their own key order",
     )
+    ap.add_argument(
+        "--ensure-ascii",
+        action="store_true",
+        help="write instances as Python's json.dumps does by default: every non-ASCII "
+        "character as \\uXXXX (surrogate pairs above U+FFFF); the search row keeps its own",
+    )
     args = ap.parse_args()
     tok = load_default_tokenizer()
     with open(args.data) as f:
@@ -61,7 +70,7 @@ def main() -> None:
     mismatches: list[dict] = []
     for i, row in enumerate(rows):
         order = schema_key_order(row["schema"]) if _prepares(row["schema"]) else []
-        compact = {"separators": (",", ":"), "ensure_ascii": False}
+        compact = {"separators": (",", ":"), "ensure_ascii": args.ensure_ascii}
         own = args.key_order == "any"
         texts = [tok.encode(json.dumps(t["data"] if own else in_schema_order(t["data"],
                                                                              row["schema"]),
@@ -115,7 +124,13 @@ def main() -> None:
         "'hf_fvo (search)' feeds the same grammar through `accepting_serialization` (any key "
         "order the grammar accepts for valid instances, the schema's global key order for invalid "
         "ones). "
-        "Only files an engine compiles count toward its instance columns.",
+        "Only files an engine compiles count toward its instance columns."
+        + (
+            " Instances written with `ensure_ascii=True` (non-ASCII characters as `\\uXXXX`; "
+            "the search row spells them raw)."
+            if args.ensure_ascii
+            else ""
+        ),
         "",
         "| engine | compiled | refused | crash | timeout | valid accepted | invalid accepted |",
         "|---|---|---|---|---|---|---|",

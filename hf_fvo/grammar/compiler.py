@@ -17,6 +17,7 @@ from typing import Any
 
 from hf_fvo.errors import (
     EmptyLanguageError,
+    GrammarError,
     GrammarTooLargeError,
     InvalidArgumentError,
     InvalidGrammarError,
@@ -39,6 +40,7 @@ from hf_fvo.grammar.pushdown import (
     PushdownTokenizer,
     ebnf_definition,
     json_definition,
+    json_lark_definition,
     lark_definition,
     patterns_intersect,
     regex_definition,
@@ -207,11 +209,19 @@ class GrammarCompiler:
                 schema_logic.load_json_schema(schema), formats=formats == "assert"
             )
             notes += [f"{c}: left to the final check" for c in prepared.checked]
-        return self._pushdown(
-            "json_schema", json_definition(body, whitespace),
-            f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}", notes, finite,
-            closing, check, prepared.checked,
-        )  # fmt: skip
+        source = f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}"
+        engine = json_definition(body, whitespace)
+        lark = schema_logic.schema_lark(body, whitespace)  # hf_fvo's own lexemes, if lowered
+        try:
+            if lark is not None:
+                return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
+                                      finite, closing, check, prepared.checked)  # fmt: skip
+        except GrammarError:
+            pass
+        # llguidance refused a part of hf_fvo's own grammar (an unsatisfiable leaf, say): its
+        # JSON mode, which drops what admits nothing, decides (or names the problem)
+        return self._pushdown("json_schema", engine, source, notes, finite, closing, check,
+                              prepared.checked)  # fmt: skip
 
     def regex(
         self,

@@ -157,7 +157,11 @@ class Grammar(ABC):
         What a grammar cannot say (``uniqueItems`` over unbounded items, ``unevaluated*``,
         ``contains`` counts, the complement of a pattern, look-around, IDNA formats…) is
         enforced by an exact check of the finished text: the masks enforce the tightest
-        superset hf_fvo builds, and :attr:`checked` lists what the check decides.
+        superset hf_fvo builds, and :attr:`checked` lists what the check decides. Free
+        strings and unbounded integers admit every spelling JSON allows (``"\\u00e9"``,
+        ``"\\/"``, surrogate pairs, ``1.0``, ``1e2``) where hf_fvo writes the grammar itself
+        (:mod:`hf_fvo.grammar.schema.lark`); names, constants, patterned strings and bounded
+        numbers are written as llguidance writes them.
 
         Args:
             schema: A dict, a JSON string, a Pydantic model class (or any type Pydantic

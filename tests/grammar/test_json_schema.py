@@ -553,14 +553,19 @@ def test_a_pattern_without_its_assertions_matches_every_string_the_pattern_does(
 def test_an_extra_key_never_spells_a_listed_name_with_escapes(smol_tokenizer):
     """llguidance 1.9.1 admits any ``\\uXXXX`` in the key of an extra property where it excludes
     the listed names, so ``{"\\u0061": 1}`` (the key ``a``, listed as a string) passed as an
-    extra key; JSON grammars admit only the escapes their strings are built from."""
-    schema = {"type": "object", "properties": {"a": {"type": "string"}},
-              "additionalProperties": {"type": "integer"}}  # fmt: skip
-    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
-    assert not g.checked  # the masks decide alone
-    for text, valid in {'{"\\u0061":1}': False, '{"\\/":1}': False, '{"b":1}': True,
-                        '{"a":"s","b":2}': True, '{"a":"\\n\\u001f"}': True}.items():  # fmt: skip
-        assert accepts(g, smol_tokenizer, text) == valid, text
+    extra key. hf_fvo's own grammar excludes every spelling of the listed names; where the JSON
+    mode compiles a schema, its masks admit only the escapes its strings are built from."""
+    own = {"type": "object", "properties": {"a": {"type": "string"}},
+           "additionalProperties": {"type": "integer"}}  # fmt: skip
+    engine = {**own, "patternProperties": {"^x": {"type": "integer"}}}  # not lowered
+    for schema in (own, engine):
+        g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+        assert not g.checked  # the masks decide alone
+        assert ("start: %json" in g._definition) == (schema is engine)
+        for text, valid in {'{"\\u0061":1}': False, '{"b":1}': True, '{"a":"s","b":2}': True,
+                            '{"a":"\\n\\u001f"}': True,
+                            '{"\\/":1}': schema is own}.items():  # fmt: skip
+            assert accepts(g, smol_tokenizer, text) == valid, (text, schema)
 
 
 def test_a_format_the_engine_cannot_intersect_with_a_pattern_goes_to_the_check(smol_tokenizer):
@@ -597,3 +602,61 @@ def test_a_schema_too_large_for_the_engine_leaves_its_complements_to_the_check(s
         json.loads(text)
     )
     assert (g.check(ids) is None) == valid, text
+
+
+def test_free_strings_and_integers_admit_every_spelling_json_allows(smol_tokenizer):
+    """hf_fvo's own lexemes (hf_fvo.grammar.schema.lark): a free string in every escape form
+    and character JSON allows, lengths counted in characters however spelled; an integer with a
+    zero fraction or an exponent that keeps it integral (integers since draft 6) and finite
+    for Python's json (1e400 would read as inf)."""
+    g = Grammar.from_json_schema({"type": "string"}, smol_tokenizer, whitespace="")
+    for text, valid in {'"\\/"': True, '"\\u0061\\u00E9"': True, '"\\ud83d\\ude00"': True,
+                        '"\x7f"': True, '"\\uD83D\\uDE00"': True, '"\\ud83d"': False,
+                        '"\\x41"': False, '"\\u12"': False, '"\t"': False}.items():  # fmt: skip
+        assert accepts(g, smol_tokenizer, text) == valid, text
+    one = Grammar.from_json_schema({"type": "string", "maxLength": 1}, smol_tokenizer,
+                                   whitespace="")  # fmt: skip
+    for text, valid in {'"\\u0061"': True, '"\\ud83d\\ude00"': True, '"\\/"': True,
+                        '"ab"': False, '"\\u0061b"': False}.items():  # fmt: skip
+        assert accepts(one, smol_tokenizer, text) == valid, text
+    ints = Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}},
+                                    smol_tokenizer, whitespace="")  # fmt: skip
+    for text, valid in {"[1.0,-2.0,0.0]": True, "[1e2,1E+2,1.00e3]": True, "[0e-5,-0]": True,
+                        "[9007199254740992.0]": True, "[1.5]": False, "[1e-2]": False,
+                        "[01]": False, "[1.]": False, "[1e400]": False}.items():  # fmt: skip
+        assert accepts(ints, smol_tokenizer, text) == valid, text
+
+
+def test_own_lexemes_keep_listed_names_constants_and_patterns_canonical(smol_tokenizer):
+    """What the own grammar leaves canonical (so finite languages keep few members), and that
+    an extra key never spells a listed name in any spelling."""
+    schema = {"type": "object", "properties": {"a": {"type": "string"},
+                                               "c": {"enum": ["x"]},
+                                               "p": {"type": "string", "pattern": "^[a-z]$"}},
+              "additionalProperties": {"type": "integer"}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    assert "start: %json" not in g._definition  # hf_fvo's own grammar
+    for text, valid in {'{"a":"\\u0061"}': True, '{"\\u0061":1}': False, '{"\\u0062":1}': True,
+                        '{"c":"x"}': True, '{"c":"\\u0078"}': False, '{"p":"q"}': True,
+                        '{"p":"\\u0071"}': False, '{"a":"s","b":1.0}': True}.items():  # fmt: skip
+        assert accepts(g, smol_tokenizer, text) == valid, text
+    patterned = {"type": "object", "patternProperties": {"^x": {"type": "integer"}}}
+    fallback = Grammar.from_json_schema(patterned, smol_tokenizer, whitespace="")
+    assert "start: %json" in fallback._definition  # not lowered: llguidance's JSON mode
+    assert accepts(fallback, smol_tokenizer, '{"x1":1}')
+    assert not accepts(fallback, smol_tokenizer, '{"x1":1.0}')  # its canonical integers
+
+
+def test_own_grammar_merges_object_parts_and_places_unlisted_required_names(smol_tokenizer):
+    """An allOf of object parts lowered with hf_fvo's lexemes: the names in the order the parts
+    list them, required names no part declares after the declared ones (the JSON mode's text
+    conventions), each name with every part's constraint."""
+    schema = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"},
+                                                          "n": {"type": "integer"}}},
+                        {"properties": {"a": {"minimum": 0}}, "required": ["a", "b"]}]}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", strict=False)
+    assert "start: %json" not in g._definition
+    for text, valid in {'{"a":1,"n":2.0,"b":"\\u0061"}': True, '{"a":1,"b":null,"c":[]}': True,
+                        '{"b":1,"a":1}': False, '{"a":1}': False, '{"a":-1,"b":0}': False,
+                        '[1]': False}.items():  # fmt: skip
+        assert accepts(g, smol_tokenizer, text) == valid, text

@@ -29,6 +29,7 @@ __all__ = [
     "PushdownTokenizer",
     "ebnf_definition",
     "json_definition",
+    "json_lark_definition",
     "lark_definition",
     "limits",
     "patterns_intersect",
@@ -40,6 +41,7 @@ __all__ = [
 
 # every tokenization of a member is a distinct sequence of the language: canonical forcing off
 _OPTIONS = '%llguidance {"no_forcing": true}\n'
+_OWN_LEXEMES = "// a JSON schema with hf_fvo's lexemes\n"
 # bytes of token text one LLTokenizer may hold: llguidance's token trie panics a little past
 # 4.5 million (measured with SmolLM2's vocabulary and suffixes of 78 and 85 bytes)
 _PROBE_TRIE = 4_000_000
@@ -169,8 +171,8 @@ class _VocabularyWrapper:
 
 
 def json_definition(schema: Any, whitespace: str | None) -> str:
-    """The llguidance grammar of a prepared JSON schema (``whitespace`` as in
-    :meth:`~hf_fvo.grammar.Grammar.from_json_schema`).
+    """The llguidance grammar of a prepared JSON schema in llguidance's JSON mode
+    (``whitespace`` as in :meth:`~hf_fvo.grammar.Grammar.from_json_schema`).
 
     Example:
         >>> from hf_fvo.grammar.pushdown import json_definition
@@ -186,13 +188,36 @@ def json_definition(schema: Any, whitespace: str | None) -> str:
     return f"{_OPTIONS}start: %json {text}"
 
 
+def json_lark_definition(grammar: str) -> str:
+    """The llguidance grammar of a JSON schema lowered to Lark with hf_fvo's own lexemes
+    (:func:`hf_fvo.grammar.schema.lark.schema_lark`): marked, so that its probes end in NUL
+    and its masks are not held to llguidance's canonical escapes.
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown.engine import json_lark_definition, probe_definition
+        >>> probe_definition(json_lark_definition("start: INT\\nINT: /[0-9]+/")).splitlines()[2]
+        'start: (INT) "\\\\x00"'
+    """
+    return f"{_OPTIONS}{_OWN_LEXEMES}{grammar}"
+
+
+def canonical_json(definition: str) -> bool:
+    """Whether a definition is a JSON schema in llguidance's JSON mode (canonical escapes)."""
+    _, sep, body = definition.partition("\nstart: %json ")
+    return bool(sep) and "\n" not in body
+
+
 def probe_definition(definition: str) -> str | None:
     """A JSON grammar's definition followed by one NUL byte (which JSON text never holds raw),
     for :meth:`PushdownTokenizer.probe`; ``None`` for other grammars."""
-    head, sep, body = definition.partition("\nstart: %json ")
-    if not sep or "\n" in body:
-        return None
-    return f'{head}\nstart: value "\\x00"\nvalue: %json {body}'
+    if canonical_json(definition):
+        head, _, body = definition.partition("\nstart: %json ")
+        return f'{head}\nstart: value "\\x00"\nvalue: %json {body}'
+    if _OWN_LEXEMES in definition:
+        head, _, rest = definition.partition("\nstart: ")
+        start, _, rules = rest.partition("\n")
+        return f'{head}\nstart: ({start}) "\\x00"\n{rules}'
+    return None
 
 
 def regex_definition(pattern: str) -> str:

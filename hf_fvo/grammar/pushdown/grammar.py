@@ -30,6 +30,7 @@ from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError
 from hf_fvo.grammar.interface import Grammar, LazyAdmissible, bias_bits
 from hf_fvo.grammar.pushdown.engine import (
     PushdownTokenizer,
+    canonical_json,
     limits,
     probe_definition,
     translate_error,
@@ -135,8 +136,9 @@ class PushdownGrammar(Grammar):
         self._nwords = tokenizer.words
         self._tokenizer = tokenizer
         self._probe_definition = probe_definition(self._definition)
-        # the byte filter (packed like the parser's masks): UTF-8, and canonical escapes in JSON
-        if self._probe_definition is None:
+        # the byte filter (packed like the parser's masks): UTF-8, and canonical escapes in
+        # llguidance's JSON mode
+        if not canonical_json(self._definition):
             self._utf8_next, self._ok_words = tokenizer.utf8_next, tokenizer.ok_words
             self._completer = tokenizer.completer
         else:

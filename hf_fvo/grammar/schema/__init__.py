@@ -6,15 +6,17 @@ keyword. The modules: ``prepare`` (references, drafts, formats, annotations), ``
 (``format`` as exact regexes), ``facts`` (what a schema says), ``negation`` and ``disjoint``
 (complements and disjointness), ``strict`` (the strict-object convention), ``rewrite`` (boolean
 structure into ``anyOf``/``allOf``), ``order`` (``key_order="any"``), ``patterns`` (what the
-engines compile of a pattern), ``finite`` (finite languages) and ``regex`` (regular
-schemas as one regex, for the automaton backend), ``check`` (the exact final check of a text,
-for what the masks only over-approximate). Questions about regex patterns go to an
+engines compile of a pattern), ``finite`` (finite languages), ``lark`` (the pushdown grammar
+with hf_fvo's own number and string lexemes, as text in llguidance's Lark dialect) and ``regex``
+(regular schemas as one regex, for the automaton backend), ``check`` (the exact final check of
+a text, for what the masks only over-approximate). Questions about regex patterns go to an
 oracle the caller passes; :class:`~hf_fvo.grammar.GrammarCompiler` passes the engine's.
 """
 
 from hf_fvo.grammar.schema.check import SchemaCheck
 from hf_fvo.grammar.schema.facts import Checked
 from hf_fvo.grammar.schema.finite import has_finite_language
+from hf_fvo.grammar.schema.lark import schema_lark
 from hf_fvo.grammar.schema.prepare import PreparedSchema, load_json_schema, prepare_json_schema
 from hf_fvo.grammar.schema.regex import schema_regex
 
@@ -25,5 +27,6 @@ __all__ = [
     "has_finite_language",
     "load_json_schema",
     "prepare_json_schema",
+    "schema_lark",
     "schema_regex",
 ]

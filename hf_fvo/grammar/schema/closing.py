@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["closing_bound"]
 
-_ESCAPE = 6  # a string left inside "\\uXXX" needs at most 5 bytes plus its quote
+_ESCAPE = 7  # a string left after a high surrogate "\\uD83D" needs "\\uDC00" and its quote
 _NUMBER_SLACK = 4  # '-', '.', 'e', a sign: each needs one more digit
 _ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$comment", "$schema", "$id", "id",

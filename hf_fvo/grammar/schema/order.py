@@ -36,7 +36,7 @@ from typing import Any
 
 from hf_fvo.grammar.schema.facts import Checked, Intersect, all_of, definitions_of, resolve
 
-__all__ = ["MAX_MERGED", "MAX_PERMUTED", "any_key_order"]
+__all__ = ["MAX_MERGED", "MAX_PERMUTED", "any_key_order", "merged_objects"]
 
 MAX_PERMUTED = 3  # listed names up to which a closed object is the union of its orders
 MAX_MERGED = 16  # ways of choosing anyOf branches up to which merged parts stay in the masks
@@ -57,6 +57,22 @@ def any_key_order(root: Any, checked: list[Checked], intersect: Intersect | None
     body = order.node({k: v for k, v in root.items() if k != "$defs"}, "#")
     rewritten = {name: order.node(d, f"#/$defs/{name}") for name, d in defs.items()}
     return {**body, "$defs": rewritten}  # the definitions stay at the root, where refs point
+
+
+def merged_objects(node: dict[str, Any], defs: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The ways ``node``'s object parts (``allOf`` members, a ``$ref`` beside its keys, ``anyOf``
+    branches that list keys) merge into one object: per choice of branches, the names in the
+    order the parts list them, each with the ``allOf`` of what every part says of it, and what
+    the parts say besides as ``allOf``; ``None`` beyond :data:`MAX_MERGED` ways or where two
+    parts have ``patternProperties``.
+
+    Example:
+        >>> from hf_fvo.grammar.schema.order import merged_objects
+        >>> merged_objects({"allOf": [{"properties": {"a": {}}}, {"required": ["a"]}]}, {})
+        [{'properties': {'a': True}, 'required': ['a']}]
+    """
+    ways = _Order(defs, [], None).flat(node, frozenset())
+    return None if ways is None else [way.schema() for way in ways]
 
 
 class _Order:

@@ -2,10 +2,12 @@
 
 The schema is first prepared exactly as for the pushdown backend
 (:func:`~hf_fvo.grammar.schema.prepare.prepare_json_schema`), and the regex spells the very same
-texts llguidance accepts for it — the same whitespace places, the same canonical strings (printable
-characters raw except ``"`` ``\\`` and U+007F; ``\\" \\\\ \\b \\f \\n \\r \\t`` and ``\\u00XX`` for
-control characters and U+007F) and numbers (no leading zeros, optional fraction and exponent).
-The test suite compares the two backends' admissible sets state by state.
+texts the pushdown backend accepts for it (:mod:`.lark`, hf_fvo's own lexemes) — the same
+whitespace places, free strings in every spelling JSON allows, integers with a zero fraction or
+an exponent where the value stays an integer, every JSON number, property names and constants in
+llguidance's canonical text (``\\" \\\\ \\b \\f \\n \\r \\t`` and ``\\u00XX`` for
+control characters and U+007F). The test suite compares the two backends' admissible sets state
+by state.
 
 Only the regular, finitely written part of JSON Schema is lowered: ``type``, ``enum``/``const``,
 string lengths, arrays (``items``, ``prefixItems``, ``minItems``/``maxItems``), closed objects
@@ -24,17 +26,23 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from hf_fvo.errors import UnsupportedSchemaError
 from hf_fvo.grammar.schema.facts import ALL_TYPES, satisfies
+from hf_fvo.grammar.schema.lark import (
+    CHAR_REGEX,
+    INTEGER_REGEX,
+    NUMBER_REGEX,
+    array_body,
+    literal_regex,
+)
 
 __all__ = ["schema_regex"]
 
-_CHAR = r'(?:[^"\\\x00-\x1f\x7f]|\\["\\bfnrt]|\\u00(?:[01][0-9a-fA-F]|7[fF]))'
-_INTEGER = "-?(?:0|[1-9][0-9]*)"
-_NUMBER = f"{_INTEGER}(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_CHAR = CHAR_REGEX  # one character of a free string, every spelling
+_INTEGER = INTEGER_REGEX
+_NUMBER = NUMBER_REGEX
 _META = set("\\.+*?()|[]{}^$")
 _HANDLED = {
     "type", "enum", "const", "minLength", "maxLength", "items", "prefixItems", "minItems",
@@ -45,24 +53,6 @@ _HANDLED = {
 
 def _escape(text: str) -> str:
     return "".join("\\" + c if c in _META else c for c in text)
-
-
-_SHORT_ESCAPES = {"\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
-
-
-def _string_char(c: str) -> str:
-    """Every spelling of one character inside a JSON string, as the grammar engine accepts."""
-    if c == '"':
-        return r'\\"'
-    if c == "\\":
-        return r"\\\\"
-    if ord(c) < 0x20 or c == "\x7f":
-        hexa = "".join(f"[{h.lower()}{h.upper()}]" if h.isalpha() else h for h in f"{ord(c):04x}")
-        unicode = r"\\u" + hexa
-        if c in _SHORT_ESCAPES:
-            return rf"(?:\\{_SHORT_ESCAPES[c]}|{unicode})"
-        return unicode
-    return _escape(c)
 
 
 def schema_regex(schema: Any, whitespace: str) -> str:
@@ -133,15 +123,9 @@ class _Lowering:
         return "(?:" + "|".join(self.literal(v, path) for v in values) + ")"
 
     def literal(self, value: Any, path: str) -> str:
-        if isinstance(value, (dict, list)):
-            if self.ws:
-                raise self.refuse(path, "an object or array constant with whitespace")
-            return _escape(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            return _escape(str(int(value)))
-        if isinstance(value, str):
-            return '"' + "".join(_string_char(c) for c in value) + '"'
-        return _escape(json.dumps(value, ensure_ascii=False))
+        if isinstance(value, (dict, list)) and self.ws:
+            raise self.refuse(path, "an object or array constant with whitespace")
+        return literal_regex(value)
 
     def typed(self, kind: str, node: dict[str, Any], path: str, refs: tuple[str, ...]) -> str:
         if kind == "null":
@@ -172,20 +156,8 @@ class _Lowering:
         if more is None:
             high = len(prefix) if high is None else min(high, len(prefix))
         sep = f"{ws},{ws}"
-        # the elements as a chain: element k is optional once k ≥ low
-        tail = ""
-        if more is not None and (high is None or high > len(prefix)):
-            extra_low = max(max(low, 1) - len(prefix), 0)
-            extra_high = None if high is None else high - len(prefix)
-            tail = self.repeat(more, sep, extra_low, extra_high, leading=bool(prefix))
-        body = tail
-        for k in range(len(prefix) - 1, -1, -1):
-            if high is not None and k >= high:
-                continue
-            head = ("" if k == 0 else sep) + prefix[k] + body
-            body = head if k < max(low, 1) else f"(?:{head})?"
-        if not prefix and tail:
-            body = self.repeat(more, sep, max(low, 1), high, leading=False)
+        body = array_body(prefix, more, low, high, sep, lambda *parts: "".join(parts),
+                          lambda x: f"(?:{x})?", self.repeat)  # fmt: skip
         if not body:
             return f"\\[{ws}\\]"
         # an empty array has one whitespace place, not two
