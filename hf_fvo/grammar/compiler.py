@@ -211,7 +211,9 @@ class GrammarCompiler:
             notes += [f"{c}: left to the final check" for c in prepared.checked]
         source = f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}"
         engine = json_definition(body, whitespace)
-        lark = schema_logic.schema_lark(body, whitespace)  # hf_fvo's own lexemes, if lowered
+        lark = schema_logic.schema_lark(  # hf_fvo's own lexemes, if lowered
+            body, whitespace, integral_fractions=prepared.integral_fractions
+        )
         try:
             if lark is not None:
                 return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
@@ -393,7 +395,10 @@ def json_schema_source(
     )
     if prepared.schema is False:
         raise EmptyLanguageError("the schema is `false`: it admits nothing")
-    regex = schema_logic.schema_regex(prepared.schema, "[ ]?" if whitespace is None else whitespace)
+    regex = schema_logic.schema_regex(
+        prepared.schema, "[ ]?" if whitespace is None else whitespace,
+        integral_fractions=prepared.integral_fractions,
+    )  # fmt: skip
     ws = "default" if whitespace is None else repr(whitespace)
     mode = "" if strict else " strict=False"
     return GrammarSource(

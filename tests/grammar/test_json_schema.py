@@ -660,3 +660,27 @@ def test_own_grammar_merges_object_parts_and_places_unlisted_required_names(smol
                         '{"b":1,"a":1}': False, '{"a":1}': False, '{"a":-1,"b":0}': False,
                         '[1]': False}.items():  # fmt: skip
         assert accepts(g, smol_tokenizer, text) == valid, text
+
+
+def test_keys_written_with_escapes(smol_tokenizer):
+    """The spec's suite's escaped keys (``{"foo\\nbar": 1}``), as a listed name (its control
+    character in either escape) and as an extra key (every spelling JSON allows)."""
+    schema = {"type": "object", "properties": {"foo\nbar": {"type": "integer"}},
+              "additionalProperties": {"type": "string"}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    for text, valid in {'{"foo\\nbar":1}': True, '{"foo\\u000Abar":1.0}': True,
+                        '{"foo\\nbar":"x"}': False, '{"\\u00e9\\"":"x"}': True,
+                        '{"foo\\nbar":1,"foo\\tbar":"\\ud83d\\ude00"}': True}.items():  # fmt: skip
+        assert accepts(g, smol_tokenizer, text) == valid, text
+
+
+@pytest.mark.parametrize("backend", ["pushdown", "automaton"])
+def test_draft_04_integers_have_no_fraction(smol_tokenizer, backend):
+    """Draft 4 defines an integer as a number without a fraction or exponent (MaskBench o24544
+    labels {"id": 12345.0} invalid); from draft 6 on 1.0 is an integer."""
+    for draft, valid in (("http://json-schema.org/draft-04/schema#", False),
+                         ("http://json-schema.org/draft-06/schema#", True)):  # fmt: skip
+        schema = {"$schema": draft, "type": "array", "items": {"type": "integer"}}
+        g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", backend=backend)
+        assert accepts(g, smol_tokenizer, "[1]")
+        assert accepts(g, smol_tokenizer, "[12345.0]") == valid, draft

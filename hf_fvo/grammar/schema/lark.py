@@ -13,9 +13,10 @@ lexemes:
   ``maxLength``; any key of an open object) admits every spelling JSON allows: any scalar value
   raw except ``"``, ``\\`` and U+0000–U+001F, the short escapes including ``\\/``, ``\\uXXXX`` in
   either case, astral characters as surrogate pairs; lengths count characters, however spelled;
-- an ``integer`` without bounds admits a zero fraction and an exponent where the value stays an
-  integer and a double holds it (``1.0``, ``1e2``, ``1.00E+3``, ``0e-5``; not ``1e400``, which
-  Python's ``json`` reads as ``inf``); a ``number`` without bounds every JSON number;
+- an ``integer`` without bounds (from draft 6 on) admits a zero fraction and an exponent where
+  the value stays an integer and a double holds it (``1.0``, ``1e2``, ``1.00E+3``, ``0e-5``; not
+  ``1e400``, which Python's ``json`` reads as ``inf``); a ``number`` without bounds every JSON
+  number;
 - listed property names, ``enum``/``const`` values, strings with a ``pattern`` (or ``format``),
   numbers with bounds and any other scalar-only subschema (an ``allOf`` of patterns, say) keep
   llguidance's canonical text (the last three through an inlined ``%json`` leaf, which holds no
@@ -49,6 +50,7 @@ from hf_fvo.grammar.schema.facts import ALL_TYPES, satisfies, types_of
 from hf_fvo.grammar.schema.order import merged_objects
 
 __all__ = [
+    "CANONICAL_INTEGER_REGEX",
     "CHAR_REGEX",
     "INTEGER_REGEX",
     "NUMBER_REGEX",
@@ -83,6 +85,7 @@ INTEGER_REGEX = (
     r"|[1-9][0-9]{0,14}(?:\.0+)?[eE]\+?[0-9]{1,2})"
 )  # integral values only, and finite as a double where an exponent makes Python's json read
 # a float (1e400 would be inf): a zero fraction, a non-negative exponent of at most 2 digits
+CANONICAL_INTEGER_REGEX = r"-?(?:0|[1-9][0-9]*)"  # draft-04: no fraction, no exponent
 NUMBER_REGEX = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _REGEX_META = set("\\.+*?()|[]{}^$")
 
@@ -91,17 +94,20 @@ class _NotLowered(Exception):
     pass
 
 
-def schema_lark(schema: Any, whitespace: str | None) -> str | None:
+def schema_lark(
+    schema: Any, whitespace: str | None, *, integral_fractions: bool = True
+) -> str | None:
     """The Lark grammar (llguidance's dialect) of a prepared schema's JSON texts with hf_fvo's
     own lexemes, or ``None`` where the schema uses something not lowered here.
 
     ``whitespace``: ``None`` (``[ ]?`` at every place JSON allows whitespace) or ``""``
-    (compact); other patterns are not lowered.
+    (compact); other patterns are not lowered. ``integral_fractions=False`` (draft-04 and
+    earlier, where an integer has no fraction or exponent): integers as ``-?(0|[1-9][0-9]*)``.
     """
     if whitespace not in (None, ""):
         return None
     try:
-        return _Lark(schema, whitespace is None).grammar()
+        return _Lark(schema, whitespace is None, integral_fractions).grammar()
     except (_NotLowered, RecursionError):
         return None
 
@@ -112,8 +118,9 @@ def _regex(text: str) -> str:
 
 
 class _Lark:
-    def __init__(self, root: Any, spaced: bool) -> None:
+    def __init__(self, root: Any, spaced: bool, integral_fractions: bool = True) -> None:
         self.root = root
+        self.integer = INTEGER_REGEX if integral_fractions else CANONICAL_INTEGER_REGEX
         self.defs = root.get("$defs", {}) if isinstance(root, dict) else {}
         self.ws = "WS?" if spaced else ""
         self.rules: dict[str, str] = {}
@@ -242,7 +249,7 @@ class _Lark:
         if kind in ("integer", "number"):
             if node:
                 return self.leaf({"type": kind, **node})
-            return self.terminal("INT", INTEGER_REGEX) if kind == "integer" else self.number()
+            return self.terminal("INT", self.integer) if kind == "integer" else self.number()
         if kind == "string":
             if set(node) - set(STRING_KEYWORDS):
                 return self.leaf({"type": "string", **node})

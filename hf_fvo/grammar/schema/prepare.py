@@ -72,6 +72,12 @@ class PreparedSchema:
     schema: Any
     ignored: tuple[tuple[str, str], ...] = ()
     checked: tuple[Checked, ...] = ()
+    draft: str = "2020-12"  # the draft the schema is read by ("draft-04", … "2020-12")
+
+    @property
+    def integral_fractions(self) -> bool:
+        """Whether ``1.0`` is an integer (draft 6 on; before, an integer has no fraction)."""
+        return self.draft not in ("draft-03", "draft-04")
 
     @property
     def text(self) -> str:
@@ -206,7 +212,7 @@ def prepare_json_schema(
     found = tuple(
         Checked(cleaner.user_pointers(c.pointer), c.keyword, c.reason) for c in checked or ()
     )
-    return PreparedSchema(root, tuple(cleaner.ignored), tuple(dict.fromkeys(found)))
+    return PreparedSchema(root, tuple(cleaner.ignored), tuple(dict.fromkeys(found)), cleaner.draft)
 
 
 # -- cleaning --------------------------------------------------------------------------------

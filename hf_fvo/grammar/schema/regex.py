@@ -31,6 +31,7 @@ from typing import Any
 from hf_fvo.errors import UnsupportedSchemaError
 from hf_fvo.grammar.schema.facts import ALL_TYPES, satisfies
 from hf_fvo.grammar.schema.lark import (
+    CANONICAL_INTEGER_REGEX,
     CHAR_REGEX,
     INTEGER_REGEX,
     NUMBER_REGEX,
@@ -55,18 +56,19 @@ def _escape(text: str) -> str:
     return "".join("\\" + c if c in _META else c for c in text)
 
 
-def schema_regex(schema: Any, whitespace: str) -> str:
+def schema_regex(schema: Any, whitespace: str, *, integral_fractions: bool = True) -> str:
     """The regex of a prepared schema's JSON texts, with ``whitespace`` (a regex, matched at
     most once) at every place JSON allows it.
 
     Raises:
         UnsupportedSchemaError: a construct outside the lowered subset, naming it.
     """
-    return _Lowering(schema, whitespace).value(schema, "#", ())
+    return _Lowering(schema, whitespace, integral_fractions).value(schema, "#", ())
 
 
 class _Lowering:
-    def __init__(self, root: Any, whitespace: str) -> None:
+    def __init__(self, root: Any, whitespace: str, integral_fractions: bool = True) -> None:
+        self.integer = _INTEGER if integral_fractions else CANONICAL_INTEGER_REGEX
         self.defs = root.get("$defs", {}) if isinstance(root, dict) else {}
         self.ws = f"(?:{whitespace})?" if whitespace else ""
 
@@ -133,7 +135,7 @@ class _Lowering:
         if kind == "boolean":
             return "(?:true|false)"
         if kind == "integer":
-            return _INTEGER
+            return self.integer
         if kind == "number":
             return _NUMBER
         if kind == "string":
