@@ -2,7 +2,9 @@
 
 Part 1 (``--census``): every schema of ``jsonschemabench-dev.jsonl`` and ``maskbench-dev.jsonl``
 compiled with hf_fvo (strict objects for JSONSchemaBench, the spec's language for MaskBench):
-how many compile, how many carry a final check, and which keywords it decides.
+how many compile, how many carry a final check (and which keywords it decides), and how many
+are written with hf_fvo's own lexemes (the others in llguidance's JSON mode, which a note on
+the grammar says).
 
 Part 2 (sampling): masked draws with SmolLM2 on the JSONSchemaBench schemas that carry a check
 (the schema in the prompt, as in ``realworld_generation.py``), ``--samples`` per schema: the
@@ -29,13 +31,13 @@ def census(tok) -> tuple[list[str], list[dict]]:
     from hf_fvo import Grammar
     from hf_fvo.errors import EmptyLanguageError, GrammarError
 
-    lines = ["| set | schemas | compiled | with a final check | empty | refused |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| set | schemas | compiled | with a final check | own lexemes | empty | refused |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     keywords: Counter = Counter()
     checked_rows: list[dict] = []
     for name, path, strict in (("JSONSchemaBench", DEV, True), ("MaskBench", MASKBENCH, False)):
         rows = [json.loads(line) for line in path.open()]
-        compiled = checked = empty = refused = 0
+        compiled = checked = empty = refused = own = 0
         for row in rows:
             try:
                 g = Grammar.from_json_schema(row["schema"], tok, whitespace="", strict=strict)
@@ -46,12 +48,15 @@ def census(tok) -> tuple[list[str], list[dict]]:
                 refused += 1
                 continue
             compiled += 1
+            own += not any(n.startswith("written as llguidance's JSON mode") for n in g.notes)
             if g.checked:
                 checked += 1
                 keywords.update({c.keyword for c in g.checked})
                 if strict:
                     checked_rows.append(row)
-        lines.append(f"| {name} | {len(rows)} | {compiled} | {checked} | {empty} | {refused} |")
+        lines.append(
+            f"| {name} | {len(rows)} | {compiled} | {checked} | {own} | {empty} | {refused} |"
+        )
     lines += ["", "Keywords the check decides (schemas):",
               ", ".join(f"`{k}` {n}" for k, n in keywords.most_common())]  # fmt: skip
     return lines, checked_rows

@@ -220,8 +220,9 @@ class GrammarCompiler:
                                       finite, closing, check, prepared.checked)  # fmt: skip
         except GrammarError:
             pass
-        # llguidance refused a part of hf_fvo's own grammar (an unsatisfiable leaf, say): its
-        # JSON mode, which drops what admits nothing, decides (or names the problem)
+        # not lowered, or llguidance refused a part of hf_fvo's own grammar (an unsatisfiable
+        # leaf, say): its JSON mode, which drops what admits nothing, decides (or names why)
+        notes.append(f"written as llguidance's JSON mode writes it ({_CANONICAL})")
         return self._pushdown("json_schema", engine, source, notes, finite, closing, check,
                               prepared.checked)  # fmt: skip
 
@@ -326,6 +327,7 @@ _SHARED: LRU[tuple[str, int], GrammarCompiler] = LRU(8)
 
 # llguidance refusals the final check can take over, by a word of the message: the prepare
 # option that leaves the construct to the check
+_CANONICAL = "canonical string escapes, integers without a fraction"
 _ENGINE_LIMITS = {
     "multipleOf": "decimal_multiples",  # more digits than its number grammar holds
     "lookarounds not supported": "inner_anchors",  # ^ or $ inside a pattern

@@ -643,6 +643,8 @@ def test_own_lexemes_keep_listed_names_constants_and_patterns_canonical(smol_tok
     patterned = {"type": "object", "patternProperties": {"^x": {"type": "integer"}}}
     fallback = Grammar.from_json_schema(patterned, smol_tokenizer, whitespace="")
     assert "start: %json" in fallback._definition  # not lowered: llguidance's JSON mode
+    assert any(n.startswith("written as llguidance's JSON mode") for n in fallback.notes)
+    assert not g.notes
     assert accepts(fallback, smol_tokenizer, '{"x1":1}')
     assert not accepts(fallback, smol_tokenizer, '{"x1":1.0}')  # its canonical integers
 
