@@ -210,21 +210,19 @@ class GrammarCompiler:
             )
             notes += [f"{c}: left to the final check" for c in prepared.checked]
         source = f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}"
-        engine = json_definition(body, whitespace)
         lark = schema_logic.schema_lark(  # hf_fvo's own lexemes, if lowered
             body, whitespace, integral_fractions=prepared.integral_fractions
         )
-        try:
-            if lark is not None:
+        if lark is not None:
+            try:
                 return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
                                       finite, closing, check, prepared.checked)  # fmt: skip
-        except GrammarError:
-            pass
-        # not lowered, or llguidance refused a part of hf_fvo's own grammar (an unsatisfiable
-        # leaf, say): its JSON mode, which drops what admits nothing, decides (or names why)
+            except GrammarError:
+                pass  # llguidance refused a part of it (an unsatisfiable leaf, say)
+        # llguidance's JSON mode, which drops what admits nothing, decides (or names why)
         notes.append(f"written as llguidance's JSON mode writes it ({_CANONICAL})")
-        return self._pushdown("json_schema", engine, source, notes, finite, closing, check,
-                              prepared.checked)  # fmt: skip
+        return self._pushdown("json_schema", json_definition(body, whitespace), source, notes,
+                              finite, closing, check, prepared.checked)  # fmt: skip
 
     def regex(
         self,

@@ -46,7 +46,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from hf_fvo.grammar.schema.facts import ALL_TYPES, satisfies, types_of
+from hf_fvo.grammar.schema.facts import ALL_TYPES, satisfies, types_of, widen
 from hf_fvo.grammar.schema.order import merged_objects
 
 __all__ = [
@@ -214,15 +214,15 @@ class _Lark:
         if ways is None:
             raise _NotLowered
         forms = []
+        every = widen(set(ALL_TYPES))
         for merged in ways:
-            kinds = set(ALL_TYPES) | {"integer"}
+            kinds = set(every)
             for part in merged.pop("allOf", []):
-                if not isinstance(part, dict) or set(part) - {"type"}:
+                if not isinstance(part, dict) or set(part) != {"type"}:
                     raise _NotLowered  # something beside the keys: the engine's merge
                 kind = part["type"]
-                named = {kind} if isinstance(kind, str) else set(kind)
-                kinds &= named | ({"integer"} if "number" in named else set())
-            if kinds != set(ALL_TYPES) | {"integer"}:
+                kinds &= widen({kind} if isinstance(kind, str) else set(kind))
+            if kinds != every:
                 merged["type"] = sorted(kinds)
             if kinds:
                 forms.append(self.lowered(merged))

@@ -34,7 +34,14 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
-from hf_fvo.grammar.schema.facts import Checked, Intersect, all_of, definitions_of, resolve
+from hf_fvo.grammar.schema.facts import (
+    Checked,
+    Intersect,
+    all_of,
+    definitions_of,
+    resolve,
+    widen,
+)
 
 __all__ = ["MAX_MERGED", "MAX_PERMUTED", "any_key_order", "merged_objects"]
 
@@ -287,8 +294,7 @@ def _types_folded(node: dict[str, Any]) -> dict[str, Any]:
         return node
     allowed = set.intersection(*kinds)
     if "type" in node:
-        own = {node["type"]} if isinstance(node["type"], str) else set(node["type"])
-        allowed &= own | ({"integer"} if "number" in own else set())
+        allowed &= widen({node["type"]} if isinstance(node["type"], str) else set(node["type"]))
     if not allowed:
         return node
     out = {k: v for k, v in node.items() if k != "allOf"}
@@ -301,8 +307,7 @@ def _type_set(node: Any) -> set[str] | None:
     """The types a schema that says nothing but ``type`` (or an ``anyOf`` of such) admits."""
     if isinstance(node, dict) and set(node) == {"type"}:
         kind = node["type"]
-        names = {kind} if isinstance(kind, str) else set(kind)
-        return names | ({"integer"} if "number" in names else set())
+        return widen({kind} if isinstance(kind, str) else set(kind))
     if isinstance(node, dict) and set(node) == {"anyOf"}:
         parts = [_type_set(b) for b in node["anyOf"]]
         return None if any(p is None for p in parts) else set().union(*parts)
