@@ -14,6 +14,7 @@ from typing import Any
 __all__ = [
     "BudgetTooSmallError",
     "CheckFailedError",
+    "CompileTimeoutError",
     "ConstraintConflictError",
     "DefaultModelUnavailableError",
     "EmptyLanguageError",
@@ -70,6 +71,11 @@ class InfiniteLanguageError(GrammarError):
 
 class GrammarTooLargeError(GrammarError):
     """The automaton or its enumeration would exceed a configured size limit."""
+
+
+class CompileTimeoutError(GrammarTooLargeError):
+    """Compiling an untrusted grammar (a served request's) exceeded its time limit, or the
+    compiler's process died on it; the request is refused, the server goes on."""
 
 
 class TokenizerError(GrammarError):

@@ -15,6 +15,7 @@ from hf_fvo.phi.onestep import OneStepPhi
 from hf_fvo.phi.onestep_true import OneStepTruePhi
 from hf_fvo.phi.registry import ESTIMATORS, make_estimator
 from hf_fvo.phi.rollout import GatedPhi, RolloutPhi, RolloutReport
+from hf_fvo.phi.table import TablePhi, enumerate_members
 from hf_fvo.phi.uniform import UniformPhi
 
 __all__ = [
@@ -34,7 +35,9 @@ __all__ = [
     "PrefixLM",
     "RolloutPhi",
     "RolloutReport",
+    "TablePhi",
     "TrieExploration",
     "UniformPhi",
+    "enumerate_members",
     "make_estimator",
 ]

@@ -212,11 +212,11 @@ def probe_definition(definition: str) -> str | None:
     for :meth:`PushdownTokenizer.probe`; ``None`` for other grammars."""
     if canonical_json(definition):
         head, _, body = definition.partition("\nstart: %json ")
-        return f'{head}\nstart: value "\\x00"\nvalue: %json {body}'
+        return f'{head}\nstart: value "\\u0000"\nvalue: %json {body}'
     if _OWN_LEXEMES in definition:
         head, _, rest = definition.partition("\nstart: ")
         start, _, rules = rest.partition("\n")
-        return f'{head}\nstart: ({start}) "\\x00"\n{rules}'
+        return f'{head}\nstart: ({start}) "\\u0000"\n{rules}'
     return None
 
 

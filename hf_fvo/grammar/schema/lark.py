@@ -88,6 +88,10 @@ INTEGER_REGEX = (
 CANONICAL_INTEGER_REGEX = r"-?(?:0|[1-9][0-9]*)"  # draft-04: no fraction, no exponent
 NUMBER_REGEX = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
 _REGEX_META = set("\\.+*?()|[]{}^$")
+# members of one object lowered as a chain of rules; llguidance 1.9 overflows the native stack
+# on chains of a few thousand (a segfault at 3000 properties), so longer objects go to the JSON
+# mode, which writes them without the chain
+MAX_MEMBERS = 256
 
 
 class _NotLowered(Exception):
@@ -339,6 +343,8 @@ class _Lark:
             props.setdefault(name, extra)
         if any(props[n] is False for n in required):
             raise _NotLowered  # an empty language: the JSON mode names it
+        if len(props) > MAX_MEMBERS:
+            raise _NotLowered
         members = []
         for name, sub in props.items():
             if sub is False:

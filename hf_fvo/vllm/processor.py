@@ -1,0 +1,133 @@
+"""The vLLM logits processor: hf_fvo's grammars, budget rule and Φ̂ per request.
+
+Register it with ``LLM(..., logits_processors=[FVOProcessor])`` or
+``vllm serve MODEL --logits-processors hf_fvo.vllm:FVOProcessor``; a request opts in with
+``SamplingParams(extra_args={"hf_fvo": {...}})`` (the OpenAI server: ``vllm_xargs``). Its
+:meth:`~FVOProcessor.validate_params` runs in vLLM's front end when a request arrives and admits
+the grammar in a worker process (:mod:`hf_fvo.vllm.admission`), so a bad one gets an error
+response; the engine then builds one :class:`~hf_fvo.vllm.request.RequestProcessor` per
+sequence (each of ``n`` samples has its own).
+
+This is vLLM's V1 interface, which its CPU build and its V1 GPU runner use. vLLM refuses
+custom logits processors together with speculative decoding on that runner (its rows are not
+per draft token); the V2 runner's per-draft-row interface is not implemented here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import threading
+from typing import Any
+
+import torch
+from vllm import SamplingParams
+from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+
+from hf_fvo.errors import GrammarError
+from hf_fvo.lru import LRU
+from hf_fvo.vllm.admission import Admission, ModelInfo, compiler_for
+from hf_fvo.vllm.request import RequestProcessor, end_now
+from hf_fvo.vllm.spec import RequestSpec, check_sampling
+
+__all__ = ["FVOProcessor"]
+
+_log = logging.getLogger("hf_fvo.vllm")
+_GATES: dict[ModelInfo, Admission] = {}
+_GATES_LOCK = threading.Lock()
+
+
+def _max_bytes() -> int:
+    return int(os.environ.get("HF_FVO_VLLM_MAX_GRAMMAR_BYTES", 262_144))
+
+
+def _model_info(model_config: Any, eos: tuple[int, ...] | None = None) -> ModelInfo:
+    return ModelInfo(str(model_config.tokenizer), int(model_config.get_vocab_size()),
+                     model_config.tokenizer_revision, bool(model_config.trust_remote_code),
+                     eos)  # fmt: skip
+
+
+def _front_end_model() -> ModelInfo:
+    """The served model, seen from vLLM's front end. vLLM 0.32 calls ``validate_params`` with
+    the request's params only, from its ``InputProcessor``, which holds the model's config."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    config = get_current_vllm_config_or_none()
+    if config is not None:
+        return _model_info(config.model_config)
+    frame = inspect.currentframe()
+    while frame is not None:
+        model_config = getattr(frame.f_locals.get("self"), "model_config", None)
+        if model_config is not None and hasattr(model_config, "get_vocab_size"):
+            return _model_info(model_config)
+        frame = frame.f_back
+    raise GrammarError(
+        "hf_fvo cannot find the served model's configuration in vLLM's front end (a vLLM "
+        "version whose request admission hf_fvo does not know)"
+    )
+
+
+class FVOProcessor(AdapterLogitsProcessor):
+    """hf_fvo inside vLLM: each request with ``extra_args["hf_fvo"]`` samples its grammar's
+    language within ``max_tokens`` (no output is ever cut), reweighted by its Φ̂.
+
+    ``extra_args["hf_fvo"]`` holds exactly one grammar — ``json_schema``, ``regex``,
+    ``lark``, ``ebnf`` or ``choices`` — and optionally ``whitespace``, ``strict``,
+    ``key_order``, ``formats`` (as in :meth:`Grammar.from_json_schema
+    <hf_fvo.grammar.Grammar.from_json_schema>`) and ``phi``: ``"uniform"`` (masking, the
+    default), ``"onestep"``, ``"learned"`` (with ``weights``: a folder or Hub id) or
+    ``"table"`` (exact Φ on a finite language, with the ``table`` from
+    :func:`hf_fvo.vllm.exact_table`). Requests without it are left alone.
+
+    Server limits (environment): ``HF_FVO_VLLM_MAX_GRAMMAR_BYTES`` (262144),
+    ``HF_FVO_VLLM_COMPILE_SECONDS`` (10), ``HF_FVO_VLLM_ADMISSION_WORKERS`` (2).
+
+    Example:
+        >>> from hf_fvo.vllm import FVOProcessor
+        >>> FVOProcessor.__module__
+        'hf_fvo.vllm.processor'
+    """
+
+    @classmethod
+    def validate_params(cls, sampling_params: SamplingParams) -> None:
+        spec = RequestSpec.from_args(sampling_params.extra_args, max_bytes=_max_bytes())
+        if spec is None:
+            return
+        check_sampling(sampling_params)
+        model = _front_end_model()
+        with _GATES_LOCK:
+            if model not in _GATES:
+                _GATES[model] = Admission(
+                    model,
+                    workers=int(os.environ.get("HF_FVO_VLLM_ADMISSION_WORKERS", 2)),
+                    seconds=float(os.environ.get("HF_FVO_VLLM_COMPILE_SECONDS", 10)),
+                )
+            gate = _GATES[model]
+        gate.check(spec, sampling_params.max_tokens)
+
+    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
+        super().__init__(vllm_config, device, is_pin_memory)
+        self._model = _model_info(vllm_config.model_config)
+        self._estimators: LRU[tuple[str, int | None, tuple[int, ...]], Any] = LRU(256)
+
+    def is_argmax_invariant(self) -> bool:
+        return False
+
+    def new_req_logits_processor(self, params: SamplingParams) -> RequestProcessor | None:
+        spec = RequestSpec.from_args(params.extra_args, max_bytes=2**62)  # admitted already
+        if spec is None:
+            return None
+        # the texts end where vLLM stops them: its EOS and the generation config's
+        eos = tuple(sorted({*params.all_stop_token_ids, params.eos_token_id} - {None}))
+        try:
+            grammar = spec.compile(compiler_for(self._model, eos or None))
+            key = (spec.to_json(), params.max_tokens, eos)
+            phi = self._estimators.get(key)
+            if phi is None:
+                phi = spec.estimator(grammar, params.max_tokens)
+                self._estimators.put(key, phi)
+            return RequestProcessor(grammar, phi, params.max_tokens)
+        except Exception:  # admitted, so a bug: an exception here would stop every request
+            _log.exception("hf_fvo: building an admitted request's processor failed")
+            return end_now(eos)

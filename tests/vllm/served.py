@@ -1,0 +1,44 @@
+"""Development schemas hf_fvo serves, shared by the vLLM engine and server tests and the
+throughput benchmark (no vLLM import)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from hf_fvo.grammar import GrammarCompiler
+from hf_fvo.vllm import KEY, RequestSpec, admit
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+ROWS = [json.loads(line) for name in ("jsonschemabench_slice", "maskbench_slice")
+        for line in (DATA / f"{name}.jsonl").open()]  # fmt: skip
+EOS = 2  # SmolLM2's <|im_end|>, where vLLM stops
+
+
+def served_schemas(tok: Any, count: int, max_need: int = 40) -> list[tuple[dict, dict, int]]:
+    """``count`` development schemas hf_fvo serves whose shortest member takes at most
+    ``max_need`` tokens: (row, the request's ``hf_fvo`` arguments, that member's tokens + EOS).
+    MaskBench rows are the spec's language (``strict=False``)."""
+    compiler = GrammarCompiler.shared(tok, len(tok), eos_token_id=EOS)
+    out = []
+    for row in ROWS:
+        args = {"json_schema": row["schema"], "strict": "tests" not in row}
+        try:
+            g = admit(RequestSpec.from_args({KEY: args}), compiler, None)
+        except ValueError:
+            continue
+        need = g.tokens_to_accept(g.initial_state) + 1
+        if need <= max_need:
+            out.append(({**row, "name": row.get("name") or row["file"]}, args, need))
+        if len(out) == count:
+            return out
+    raise AssertionError(f"only {len(out)} development schemas are served within {max_need}")
+
+
+def validate(schema: Any, text: str) -> None:
+    """Raise unless ``text`` is a JSON instance of ``schema`` (its own draft's validator)."""
+    import jsonschema
+
+    instance = json.loads(text)
+    jsonschema.validators.validator_for(schema)(schema).validate(instance)
