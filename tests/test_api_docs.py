@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = ["hf_fvo", "hf_fvo.errors", "hf_fvo.grammar", "hf_fvo.grammar.schema", "hf_fvo.phi",
           "hf_fvo.generation", "hf_fvo.training", "hf_fvo.eval", "hf_fvo.models",
-          "hf_fvo.testing"]  # fmt: skip
+          "hf_fvo.testing", "hf_fvo.vllm"]  # fmt: skip
 
 
 def _documented() -> dict[str, set[str]]:

@@ -1,8 +1,9 @@
 """The package's import graph: no cycles, and data flows one way.
 
-errors and lru are at the bottom, then models, then grammar → phi → generation → training and
-eval → cli (with the top-level ``hf_fvo`` package). Every ``import`` counts wherever it stands:
-at module level, inside a function, or under ``TYPE_CHECKING``.
+errors and lru are at the bottom, then models, then grammar → phi → generation → training,
+eval and vllm (the serving adapter) → cli (with the top-level ``hf_fvo`` package). Every
+``import`` counts wherever it stands: at module level, inside a function, or under
+``TYPE_CHECKING``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ ALLOWED = {
     "training": {"errors", "lru", "models", "grammar", "phi", "generation"},
     "eval": {"errors", "lru", "models", "grammar", "phi", "generation"},
     "testing": {"errors", "lru", "models", "grammar", "phi", "generation"},
+    "vllm": {"errors", "lru", "models", "grammar", "phi", "generation"},
     "cli": {
         "errors",
         "lru",

@@ -686,3 +686,18 @@ def test_draft_04_integers_have_no_fraction(smol_tokenizer, backend):
         g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", backend=backend)
         assert accepts(g, smol_tokenizer, "[1]")
         assert accepts(g, smol_tokenizer, "[12345.0]") == valid, draft
+
+
+def test_an_object_with_hundreds_of_properties_compiles_in_the_json_mode(smol_tokenizer):
+    # hf_fvo's own Lark writes an object's members as a chain of rules, on which llguidance
+    # overflowed the native stack (a segfault at 3000 properties): long objects go to the JSON
+    # mode, which says so in the notes
+    from hf_fvo.grammar.schema.lark import MAX_MEMBERS
+
+    props = {f"p{i}": {"type": "integer"} for i in range(MAX_MEMBERS + 1)}
+    g = Grammar.from_json_schema({"type": "object", "properties": props}, smol_tokenizer,
+                                 whitespace="")  # fmt: skip
+    assert any(n.startswith("written as llguidance's JSON mode") for n in g.notes)
+    text = '{"p0":1,"p256":2}'
+    assert g.is_accepting(g.walk(smol_tokenizer.encode(text)))
+    assert g.walk(smol_tokenizer.encode('{"p256":2,"p0":1}')) is None  # schema order
