@@ -35,6 +35,22 @@ class ModelInfo:
     trust_remote_code: bool = False
     eos_token_id: tuple[int, ...] | None = None
 
+    @classmethod
+    def from_config(cls, model_config: Any) -> ModelInfo:
+        """The served model as a vLLM ``ModelConfig`` describes it.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> from hf_fvo.vllm import ModelInfo
+            >>> config = SimpleNamespace(tokenizer="m", tokenizer_revision=None,
+            ...                          trust_remote_code=False, get_vocab_size=lambda: 8)
+            >>> ModelInfo.from_config(config).vocab_size
+            8
+        """
+        size = int(model_config.get_vocab_size())
+        remote = bool(model_config.trust_remote_code)
+        return cls(str(model_config.tokenizer), size, model_config.tokenizer_revision, remote)
+
 
 _LOADED: dict[ModelInfo, GrammarCompiler] = {}
 

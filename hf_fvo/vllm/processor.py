@@ -42,12 +42,6 @@ def _max_bytes() -> int:
     return int(os.environ.get("HF_FVO_VLLM_MAX_GRAMMAR_BYTES", 262_144))
 
 
-def _model_info(model_config: Any, eos: tuple[int, ...] | None = None) -> ModelInfo:
-    return ModelInfo(str(model_config.tokenizer), int(model_config.get_vocab_size()),
-                     model_config.tokenizer_revision, bool(model_config.trust_remote_code),
-                     eos)  # fmt: skip
-
-
 def _front_end_model() -> ModelInfo:
     """The served model, seen from vLLM's front end. vLLM 0.32 calls ``validate_params`` with
     the request's params only, from its ``InputProcessor``, which holds the model's config."""
@@ -55,12 +49,12 @@ def _front_end_model() -> ModelInfo:
 
     config = get_current_vllm_config_or_none()
     if config is not None:
-        return _model_info(config.model_config)
+        return ModelInfo.from_config(config.model_config)
     frame = inspect.currentframe()
     while frame is not None:
         model_config = getattr(frame.f_locals.get("self"), "model_config", None)
         if model_config is not None and hasattr(model_config, "get_vocab_size"):
-            return _model_info(model_config)
+            return ModelInfo.from_config(model_config)
         frame = frame.f_back
     raise GrammarError(
         "hf_fvo cannot find the served model's configuration in vLLM's front end (a vLLM "
@@ -116,7 +110,7 @@ class FVOProcessor(AdapterLogitsProcessor):
                 "(one logits row per request, none per draft token); serve without "
                 "--speculative-config"
             )
-        self._model = _model_info(vllm_config.model_config)
+        self._model = ModelInfo.from_config(vllm_config.model_config)
         self._estimators: LRU[tuple[str, int | None, tuple[int, ...]], Any] = LRU(256)
 
     def is_argmax_invariant(self) -> bool:

@@ -77,7 +77,8 @@ class RequestSpec:
             try:
                 args = json.loads(args)
             except json.JSONDecodeError as e:
-                raise InvalidArgumentError(f"extra_args[{KEY!r}] is a string but not JSON: {e}")
+                msg = f"extra_args[{KEY!r}] is a string but not JSON: {e}"
+                raise InvalidArgumentError(msg) from None
         if not isinstance(args, Mapping):
             raise InvalidArgumentError(f"extra_args[{KEY!r}] must be an object, got {args!r:.80}")
         kinds = [k for k in GRAMMAR_KINDS if k in args]

@@ -9,8 +9,7 @@ from typing import Any
 
 from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.phi.table import enumerate_members
-from hf_fvo.vllm.admission import compiler_for
-from hf_fvo.vllm.processor import _model_info
+from hf_fvo.vllm.admission import ModelInfo, compiler_for
 from hf_fvo.vllm.spec import KEY, MAX_TABLE_ROWS, RequestSpec
 
 __all__ = ["exact_table", "importance_weights"]
@@ -61,7 +60,7 @@ def exact_table(
     if spec is None or spec.phi != "uniform":
         raise InvalidArgumentError("request must name a grammar and no phi")
     eos = _stop_ids(llm)
-    grammar = spec.compile(compiler_for(_model_info(llm.llm_engine.model_config), eos))
+    grammar = spec.compile(compiler_for(ModelInfo.from_config(llm.llm_engine.model_config), eos))
     members = enumerate_members(grammar, max_tokens, limit=limit)
     prompt = [int(t) for t in prompt_token_ids]
     sequences = [[*prompt, *m, e] for m in members for e in eos]
