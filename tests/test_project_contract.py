@@ -18,7 +18,7 @@ def test_ci_runs_the_readme_test_command():
     ci = _command_lines((ROOT / ".ci" / "run").read_text())
     readme = _command_lines((ROOT / "README.md").read_text())
     assert len(ci) == 1 and len(readme) == 2
-    assert ci[0] in readme and ci[0].endswith("python -m pytest -q")
+    assert ci[0] in readme and ci[0].endswith("python -m pytest -q && tests/vllm/run")
     assert any(line.endswith("hf-fvo demo") for line in readme)
     assert all("torch==2.13.0" in line.split("&&")[0] for line in readme)
 
@@ -49,8 +49,9 @@ def _run_example(name: str, *args: str, cwd=None) -> str:
 
 
 def test_every_example_is_covered_here():
+    # vllm_openai_client.py runs against a live server in tests/vllm/test_server.py
     tested = {"grammar_masked_json.py", "json_extraction.py", "regex_exact.py",
-              "fvo_spec_draft.py", "audit_schema.py"}  # fmt: skip
+              "fvo_spec_draft.py", "audit_schema.py", "vllm_openai_client.py"}  # fmt: skip
     assert {p.name for p in (ROOT / "examples").glob("*.py")} == tested
 
 

@@ -17,6 +17,7 @@ import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,21 @@ def test_bad_requests_get_errors_while_16_good_ones_complete(server):
             validate(row["schema"], choice.text)
     after = _complete(server, "Yes or no?", 4, {"choices": ["yes", "no"]}, 1)
     assert after.text in ("yes", "no")
+
+
+def test_the_openai_client_example_gets_instances_of_its_schema(server):
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "examples" / "vllm_openai_client.py"),
+                          "--base-url", server, "--model", MODEL, "--samples", "2"],
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    spec = importlib.util.spec_from_file_location("example", root / "examples" /
+                                                  "vllm_openai_client.py")  # fmt: skip
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        validate(example.SCHEMA, line)
