@@ -12,9 +12,12 @@ from a table (``hf_fvo.vllm.exact_table``), with hf_fvo's masking, and with vLLM
 outputs, and reports each one's TV from μ* (from the same table) beside the null's 99th
 percentile for ``n`` draws.
 
+``rowcost``: milliseconds per call of one request's processor by budget slack (no vLLM).
+
 Usage (from the repository root, in the vLLM environment):
     python benchmarks/vllm_serving.py throughput --schemas 16 --requests 32 --rounds 4 --write
     python benchmarks/vllm_serving.py law --n 400 --write
+    python benchmarks/vllm_serving.py rowcost --schemas 8 --write
 """
 
 from __future__ import annotations
@@ -222,6 +225,53 @@ def law(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def rowcost(args: argparse.Namespace) -> list[str]:
+    """Milliseconds per call of one request's processor (stand-in logits, seeded) by budget
+    slack over the shortest member: where the throughput goes (no vLLM needed)."""
+    import torch
+
+    from hf_fvo.grammar import GrammarCompiler
+    from hf_fvo.models import load_default_tokenizer
+    from hf_fvo.vllm import KEY, RequestProcessor, RequestSpec
+
+    tok = load_default_tokenizer()
+    compiler = GrammarCompiler.shared(tok, len(tok), eos_token_id=EOS)
+    slacks = [None, 200, 40, 4, 0]
+    lines = [
+        "## hf_fvo in vLLM: one request's processor, per call, by budget", "",
+        provenance("llguidance"), "",
+        f"{args.schemas} development schemas (as `throughput` picks them), up to 60 calls each "
+        "with seeded random logits (×3), drawing from the returned scores; milliseconds per "
+        "call. Slack: tokens of budget beyond the shortest member (none: no budget).", "",
+        "| schema | closing bound (bytes) | " + " | ".join(
+            "no budget" if s is None else f"slack {s}" for s in slacks) + " |",
+        "|---|---|" + "---|" * len(slacks),
+    ]  # fmt: skip
+    for row, spec_args, need in _schemas(args.schemas):
+        spec = RequestSpec.from_args({KEY: spec_args})
+        g = spec.compile(compiler)
+        cells = []
+        for slack in slacks:
+            gen = torch.Generator().manual_seed(0)
+            budget = None if slack is None else need + slack
+            proc = RequestProcessor(g, spec.estimator(g, budget), budget)
+            out: list[int] = []
+            seconds = 0.0
+            for _ in range(60):
+                logits = torch.randn(g.vocab_size, generator=gen) * 3
+                t0 = time.perf_counter()
+                scores = proc(out, logits)
+                seconds += time.perf_counter() - t0
+                out.append(int(torch.multinomial(torch.softmax(scores, -1), 1, generator=gen)))
+                if out[-1] == EOS:
+                    break
+            cells.append(f"{1e3 * seconds / len(out):.1f}")
+        closing = getattr(g, "_closing", None)
+        lines.append(f"| {row['name']} | {closing if closing is not None else '—'} | "
+                     + " | ".join(cells) + " |")  # fmt: skip
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -230,12 +280,16 @@ def main() -> None:
     t.add_argument("--requests", type=int, default=32)
     t.add_argument("--rounds", type=int, default=4)
     t.add_argument("--write", action="store_true")
+    rc = sub.add_parser("rowcost")
+    rc.add_argument("--schemas", type=int, default=8)
+    rc.add_argument("--write", action="store_true")
     lw = sub.add_parser("law")
     lw.add_argument("--n", type=int, default=400)
     lw.add_argument("--write", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    publish(throughput(args) if args.what == "throughput" else law(args), args.write)
+    run = {"throughput": throughput, "law": law, "rowcost": rowcost}[args.what]
+    publish(run(args), args.write)
 
 
 if __name__ == "__main__":
