@@ -29,7 +29,7 @@ from hf_fvo.errors import GrammarError
 from hf_fvo.lru import LRU
 from hf_fvo.vllm.admission import Admission, ModelInfo, compiler_for
 from hf_fvo.vllm.request import RequestProcessor, end_now
-from hf_fvo.vllm.spec import RequestSpec, check_sampling
+from hf_fvo.vllm.spec import KEY, RequestSpec, check_sampling
 
 __all__ = ["FVOProcessor"]
 
@@ -116,13 +116,14 @@ class FVOProcessor(AdapterLogitsProcessor):
     def is_argmax_invariant(self) -> bool:
         return False
 
-    def new_req_logits_processor(self, params: SamplingParams) -> RequestProcessor | None:
-        spec = RequestSpec.from_args(params.extra_args, max_bytes=2**62)  # admitted already
-        if spec is None:
+    def new_req_logits_processor(self, params: SamplingParams) -> RequestProcessor | Any | None:
+        if not params.extra_args or KEY not in params.extra_args:
             return None
         # the texts end where vLLM stops them: its EOS and the generation config's
         eos = tuple(sorted({*params.all_stop_token_ids, params.eos_token_id} - {None}))
         try:
+            spec = RequestSpec.from_args(params.extra_args, max_bytes=2**62)  # admitted already
+            assert spec is not None
             grammar = spec.compile(compiler_for(self._model, eos or None))
             key = (spec.to_json(), params.max_tokens, eos)
             phi = self._estimators.get(key)

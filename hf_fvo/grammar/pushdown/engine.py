@@ -196,7 +196,7 @@ def json_lark_definition(grammar: str) -> str:
     Example:
         >>> from hf_fvo.grammar.pushdown.engine import json_lark_definition, probe_definition
         >>> probe_definition(json_lark_definition("start: INT\\nINT: /[0-9]+/")).splitlines()[2]
-        'start: (INT) "\\\\x00"'
+        'start: (INT) "\\\\u0000"'
     """
     return f"{_OPTIONS}{_OWN_LEXEMES}{grammar}"
 
