@@ -646,11 +646,13 @@ def _check_feasible(
         if state is None:
             continue
         if not bool(grammar.admissible(state, budget).any()):
-            need = grammar.tokens_to_accept(state)
+            need, least = grammar.tokens_to_accept(state), grammar.min_tokens_to_accept(state)
             shortest = (
-                "has no completion the grammar can vouch for"
-                if need is None
-                else (f"needs {need} tokens plus EOS")
+                f"needs {need} tokens plus EOS"
+                if need is not None
+                else f"needs at least {least} tokens plus EOS"
+                if least + 1 > budget
+                else "has no completion the grammar can vouch for"
             )
             raise BudgetTooSmallError(
                 f"the budget of {budget} new tokens (max_new_tokens, or max_length minus the "

@@ -12,6 +12,7 @@ pattern questions), and holds each backend's per-tokenizer tables, built once. T
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
@@ -47,6 +48,7 @@ from hf_fvo.grammar.pushdown import (
     regex_problem,
 )
 from hf_fvo.grammar.schema.closing import closing_bound
+from hf_fvo.grammar.schema.shortest import shortest_bound
 from hf_fvo.grammar.sources import (
     GrammarSource,
     choices_source,
@@ -203,26 +205,33 @@ class GrammarCompiler:
         finite = whitespace in (None, "") and schema_logic.has_finite_language(body)
         # completions never need whitespace when it is optional ("[ ]?") or absent
         closing = closing_bound(body) if whitespace in (None, "") else None
+        shortest = shortest_bound(body)
+        source = f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}"
+        if math.isinf(shortest):
+            raise EmptyLanguageError(
+                f"{source} admits no text of finite length: a required part nests itself "
+                "without end (a $ref cycle that never closes) or admits nothing"
+            )
         check = None
         if prepared.checked:
             check = schema_logic.SchemaCheck(
                 schema_logic.load_json_schema(schema), formats=formats == "assert"
             )
             notes += [f"{c}: left to the final check" for c in prepared.checked]
-        source = f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}"
         lark = schema_logic.schema_lark(  # hf_fvo's own lexemes, if lowered
             body, whitespace, integral_fractions=prepared.integral_fractions
         )
         if lark is not None:
             try:
                 return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
-                                      finite, closing, check, prepared.checked)  # fmt: skip
+                                      finite, closing, check, prepared.checked,
+                                      int(shortest))  # fmt: skip
             except GrammarError:
                 pass  # llguidance refused a part of it (an unsatisfiable leaf, say)
         # llguidance's JSON mode, which drops what admits nothing, decides (or names why)
         notes.append(f"written as llguidance's JSON mode writes it ({_CANONICAL})")
         return self._pushdown("json_schema", json_definition(body, whitespace), source, notes,
-                              finite, closing, check, prepared.checked)  # fmt: skip
+                              finite, closing, check, prepared.checked, int(shortest))  # fmt: skip
 
     def regex(
         self,
@@ -300,13 +309,14 @@ class GrammarCompiler:
         closing: int | None = None,
         check: schema_logic.SchemaCheck | None = None,
         checked: tuple[schema_logic.Checked, ...] = (),
+        shortest: int = 0,
     ) -> PushdownGrammar:
 
         def build() -> PushdownGrammar:
             if self._pushdown_tokenizer is None:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
             grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
-                                      source, notes, finite, closing)  # fmt: skip
+                                      source, notes, finite, closing, shortest)  # fmt: skip
             if check is not None:
                 grammar._attach_check(check, checked)
             return grammar

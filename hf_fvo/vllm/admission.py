@@ -97,11 +97,16 @@ def admit(spec: RequestSpec, compiler: GrammarCompiler, max_tokens: int | None) 
     start = grammar.initial_state
     if max_tokens is not None and bool(grammar.admissible(start, max_tokens).any()):
         return grammar
-    need = grammar.tokens_to_accept(start)
+    need, least = grammar.tokens_to_accept(start), grammar.min_tokens_to_accept(start)
+    if need is None and max_tokens is not None and least + 1 > max_tokens:
+        raise BudgetTooSmallError(
+            f"max_tokens={max_tokens} is below the shortest member of {grammar.source}: it "
+            f"needs at least {least} tokens plus EOS"
+        )
     if need is None:
         raise BudgetTooSmallError(
-            f"{grammar.source} has no completion hf_fvo can find from its start (a $ref cycle "
-            "that never closes, or members too long for the search)"
+            f"{grammar.source} has no completion hf_fvo can find from its start (a member "
+            f"needs at least {least} tokens; none was found within the search's limits)"
         )
     if max_tokens is not None:
         raise BudgetTooSmallError(

@@ -257,3 +257,11 @@ def test_a_pushdown_budget_below_the_shortest_member_is_a_typed_error(smol_token
     with pytest.raises(BudgetTooSmallError, match="budget of 3 new tokens"):
         hf_fvo.generate(smol_model, torch.tensor([[1, 5]]), grammar=g, phi="uniform",
                         max_new_tokens=3, do_sample=True)  # fmt: skip
+
+
+def test_a_budget_below_the_schemas_bound_is_refused_naming_the_bound(smol_tokenizer, smol_model):
+    # every member has 10 002 bytes: no search for one, the schema's bound refuses 16 tokens
+    g = Grammar.from_json_schema({"type": "string", "pattern": "(.{10}){1000}"}, smol_tokenizer)
+    with pytest.raises(BudgetTooSmallError, match="needs at least 124 tokens plus EOS"):
+        hf_fvo.generate(smol_model, torch.tensor([[1, 5]]), grammar=g, phi="uniform",
+                        max_new_tokens=16, do_sample=True)  # fmt: skip

@@ -42,9 +42,11 @@ def test_a_budget_that_fits_the_shortest_member_is_admitted_and_one_token_less_i
     ("schema", "error"),
     [
         ({"type": "integer", "minimum": 5, "maximum": 3}, EmptyLanguageError),
-        # every member would need an infinite nesting: no completion exists
+        # every member would need an infinite nesting: the language is empty
         ({"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]},
-         BudgetTooSmallError),
+         EmptyLanguageError),
+        # every member has 10⁶ characters: refused from the schema's bound, without a search
+        ({"type": "string", "pattern": "((.{10}){100}){1000}"}, BudgetTooSmallError),
         ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
          UnsupportedSchemaError),  # served requests cannot be redrawn: no final checks
     ],
@@ -69,7 +71,7 @@ def test_a_compilation_over_the_time_limit_is_stopped_and_the_gate_goes_on(smol_
     gate = Admission(ModelInfo(str(default_model_dir()), len(smol_tokenizer)), workers=1,
                      seconds=1.0)  # fmt: skip
     try:
-        slow = _spec(json_schema={"type": "string", "pattern": "((.{10}){100}){100}"})
+        slow = _spec(lark="start: /((.{10}){100}){100}/")  # a search to its node limit
         with pytest.raises(CompileTimeoutError, match="over 1 s"):
             gate.check(slow, 64)
         gate.check(_spec(regex="[0-9]{3}"), 8)  # a fresh worker admits the next one

@@ -33,7 +33,7 @@ _CLOSERS = b"\"]})>'`"
 _STRUCTURAL = set("\"\\{}[]()<>,:;-+.=/ '`")
 _BFS_NODES = 24  # parser states the breadth-first pass may expand
 _DFS_NODES = 8_000  # and each depth-first pass
-_MAX_DEPTH = 4096  # bytes
+MAX_DEPTH = 4096  # bytes
 
 
 def _byte_class(b: int) -> str:
@@ -215,7 +215,7 @@ class Completer:
     def _bytes_dfs(self, matcher: Any, utf8: int, nodes: int) -> bytes | None:
         # first a long descent (closing what is open, writing what is required: linear in the
         # completion's length), then a shallow search with backtracking for the rest
-        for limit in (_MAX_DEPTH, 256):
+        for limit in (MAX_DEPTH, 256):
             found = self._dfs(matcher, utf8, limit, [nodes])
             if found is not None:
                 return found

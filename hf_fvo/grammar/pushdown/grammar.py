@@ -28,6 +28,7 @@ import torch
 
 from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError
 from hf_fvo.grammar.interface import Grammar, LazyAdmissible, bias_bits
+from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
 from hf_fvo.grammar.pushdown.engine import (
     PushdownTokenizer,
     canonical_json,
@@ -114,13 +115,16 @@ class PushdownGrammar(Grammar):
         notes: Sequence[str] = (),
         finite: bool | None = None,
         closing: int | None = None,
+        shortest: int = 0,
     ) -> None:
         """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors.
         ``finite=True`` states that the language is finite (shown from its JSON schema);
         ``closing`` bounds, in bytes, the shortest completion of every prefix of a member
-        (shown from its JSON schema; ``None``: not known)."""
+        (shown from its JSON schema; ``None``: not known); every member has at least
+        ``shortest`` bytes (shown from its JSON schema; 0: not known)."""
         self._definition = definition
         self._closing = closing
+        self._shortest = int(shortest)
         self._vocab = self._vocabulary = tokenizer.vocab
         self._vocab_size = int(vocab_size)
         self._source = source
@@ -147,6 +151,10 @@ class PushdownGrammar(Grammar):
         if root.is_error():
             raise translate_error(root.get_error(), self._source)
         self._initial = PushdownState(self, root, 0)
+        # tokens every member needs, at least: its bytes over the longest token's
+        self._start_tokens = -(-self._shortest // max(self._completer.longest, 1))
+        if self._shortest > _MAX_DEPTH:  # the completion search cannot reach that deep
+            self._initial._witness = None
         self._terminal = PushdownState(self, None, 0)
         self._terminal._accepting = True
         if not self.is_accepting(self._initial) and not self._bits(self._initial).any():
@@ -226,7 +234,9 @@ class PushdownGrammar(Grammar):
         return state._accepting
 
     def min_tokens_to_accept(self, state: PushdownState) -> int:
-        return 0 if self.is_accepting(state) else 1
+        if self.is_accepting(state):
+            return 0
+        return max(self._start_tokens, 1) if state is self._initial else 1
 
     def tokens_to_accept(self, state: PushdownState) -> int | None:
         """Tokens (EOS not counted) of a verified completion from ``state``: an upper bound on
@@ -251,6 +261,8 @@ class PushdownGrammar(Grammar):
             return mask
         if remaining <= 1 or state is self._terminal:
             return self._only_eos(mask, remaining >= 1 and self.is_accepting(state))
+        if state is self._initial and self._start_tokens + 1 > remaining:
+            return self._only_eos(mask, False)  # no member is that short
         room = remaining - 2  # after y: its completion, then EOS
         if self._closing is not None and room >= self._closing:
             return mask  # every prefix completes within `closing` single-byte tokens
@@ -547,6 +559,7 @@ class PushdownGrammar(Grammar):
             "notes": self._notes,
             "finite": self._finite,
             "closing": self._closing,
+            "shortest": self._shortest,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -557,6 +570,7 @@ class PushdownGrammar(Grammar):
         self._notes = state["notes"]
         self._finite = state.get("finite")
         self._closing = state.get("closing")
+        self._shortest = state.get("shortest", 0)
         self._setup(PushdownTokenizer(self._vocab))
 
     def __repr__(self) -> str:
