@@ -64,7 +64,7 @@ def _schemas(count: int) -> list[tuple[dict, dict, int]]:
     return out
 
 
-def _serve(port: int) -> subprocess.Popen:
+def _serve(port: int, probe_suffixes: int) -> subprocess.Popen:
     from hf_fvo.models import default_model_dir
 
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -74,7 +74,8 @@ def _serve(port: int) -> subprocess.Popen:
            "--logits-processors", "hf_fvo.vllm:FVOProcessor"]  # fmt: skip
     log = Path(tempfile.gettempdir()) / f"vllm_serving_{port}.log"
     print(f"server log: {log}", flush=True)
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    env = {**os.environ, "HF_FVO_PROBE_SUFFIXES": str(probe_suffixes)}
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     for _ in range(600):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
@@ -96,7 +97,7 @@ def throughput(args: argparse.Namespace) -> list[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = _serve(port)
+    server = _serve(port, args.probe_suffixes)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", max_retries=0,
                            timeout=900)  # fmt: skip
     schemas, refused = [], 0  # the schemas both serve: vLLM's structured outputs refuse some
@@ -168,7 +169,9 @@ def throughput(args: argparse.Namespace) -> list[str]:
            else f"`max_tokens={args.max_tokens}` (generous: the budget rule's closing-bound "
                 "shortcut applies where the schema has a bound)")
         + f", {args.rounds} interleaved rounds (order alternating) after a warm-up "
-        "round each; one server, the same requests; no per-request seed (see docs/vllm.md).",
+        "round each; one server, the same requests; no per-request seed (see docs/vllm.md); "
+        f"the server keeps {args.probe_suffixes} probe vocabularies "
+        f"(`HF_FVO_PROBE_SUFFIXES={args.probe_suffixes}`).",
         "",
         "| | requests/s | tokens/s | complete (EOS in budget) | valid (jsonschema) |",
         "|---|---|---|---|---|",
@@ -290,6 +293,7 @@ def main() -> None:
         default=None,
         help="one budget for every request (default: the shortest member + 0–40)",
     )
+    t.add_argument("--probe-suffixes", type=int, default=32, help="HF_FVO_PROBE_SUFFIXES")
     t.add_argument("--write", action="store_true")
     rc = sub.add_parser("rowcost")
     rc.add_argument("--schemas", type=int, default=8)

@@ -27,7 +27,7 @@ import numpy as np
 
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
-__all__ = ["Completer"]
+__all__ = ["MAX_DEPTH", "Completer", "advanced"]
 
 _CLOSERS = b"\"]})>'`"
 _STRUCTURAL = set("\"\\{}[]()<>,:;-+.=/ '`")
@@ -192,24 +192,27 @@ class Completer:
 
     def _step(self, matcher: Any, utf8: int, b: int) -> tuple[Any, int]:
         t = int(self._byte_id[b])
-        child = matcher.deep_copy()
-        child.consume_token(t)
-        return child, int(self._utf8_next[utf8, t])
+        return advanced(matcher, t), int(self._utf8_next[utf8, t])
 
     def _done(self, matcher: Any, utf8: int) -> bool:
         return utf8 == 0 and matcher.is_accepting()
 
     def _bytes_bfs(self, matcher: Any, utf8: int) -> bytes | None:
-        queue = deque([(matcher, utf8, b"")])
+        # a child's parser is copied only when it is expanded (most of the last level never
+        # is); whether it accepts is asked of its parent: the byte, then EOS
+        queue: deque[tuple[Any, int, int, bytes]] = deque([(matcher, -1, utf8, b"")])
         for _ in range(_BFS_NODES):
             if not queue:
                 return None
-            m, u, text = queue.popleft()
+            m, b, u, text = queue.popleft()
+            if b >= 0:
+                m = advanced(m, int(self._byte_id[b]))
             for b in self._allowed_bytes(m, u):
-                child, cu = self._step(m, u, b)
-                if self._done(child, cu):
+                t = int(self._byte_id[b])
+                cu = int(self._utf8_next[u, t])
+                if cu == 0 and m.validate_tokens([t, self._eos]) == 2:
                     return text + bytes([b])
-                queue.append((child, cu, text + bytes([b])))
+                queue.append((m, b, cu, text + bytes([b])))
         return None
 
     def _bytes_dfs(self, matcher: Any, utf8: int, nodes: int) -> bytes | None:
@@ -245,3 +248,10 @@ class Completer:
 
     def _utf8_ok(self, utf8: int, t: int) -> bool:
         return bool((int(self._ok_words[utf8, t >> 5]) >> (t & 31)) & 1)
+
+
+def advanced(matcher: Any, token: int) -> Any:
+    """A copy of an llguidance parser that has consumed ``token`` (the parser is unchanged)."""
+    child = matcher.deep_copy()
+    child.consume_token(token)
+    return child

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from typing import Any
 
@@ -16,6 +17,7 @@ from hf_fvo.errors import (
     EmptyLanguageError,
     GrammarError,
     GrammarTooLargeError,
+    InvalidArgumentError,
     InvalidGrammarError,
     InvalidRegexError,
     UnsupportedSchemaError,
@@ -45,7 +47,9 @@ _OWN_LEXEMES = "// a JSON schema with hf_fvo's lexemes\n"
 # bytes of token text one LLTokenizer may hold: llguidance's token trie panics a little past
 # 4.5 million (measured with SmolLM2's vocabulary and suffixes of 78 and 85 bytes)
 _PROBE_TRIE = 4_000_000
-_PROBE_SUFFIXES = 8  # probe vocabularies kept (one per suffix; 8 particles rarely need more)
+# probe vocabularies kept, one per suffix (20–190 MB each, by the suffix's length): 8 particles
+# rarely need more; a server with many concurrent rows sets HF_FVO_PROBE_SUFFIXES higher
+_PROBE_SUFFIXES = 8
 
 
 def limits() -> Any:
@@ -82,7 +86,7 @@ class PushdownTokenizer:
         self.words = (len(vocab) + 31) // 32
         self.ok, self.utf8_next, self.ok_words, self.completer = self._filter(utf8_tables)
         self._json_text: tuple[np.ndarray, np.ndarray, Completer] | None = None
-        self._probes: LRU[bytes, Any] = LRU(_PROBE_SUFFIXES)
+        self._probes: LRU[bytes, Any] = LRU(_probe_suffixes())
 
     def json_text(self) -> tuple[np.ndarray, np.ndarray, Completer]:
         """The byte filter of JSON text (:func:`~.utf8.json_text_tables`) as ``(next,
@@ -112,8 +116,9 @@ class PushdownTokenizer:
         (:func:`probe_definition`), one mask per part says for every token y of it whether y
         then ``suffix`` completes a member. llguidance's token trie holds a few million bytes,
         so the tokens are split into as many parts as the suffix's length needs (one up to
-        ~70 bytes); built in ~0.2 s and 20–60 MB a part, kept for the last ``_PROBE_SUFFIXES``
-        suffixes (particles in different states probe with different suffixes each step)."""
+        ~70 bytes); built in ~0.3 s and 20–110 MB a part, kept for the last 8 suffixes
+        (``HF_FVO_PROBE_SUFFIXES``; particles, or a server's rows, in different states probe
+        with different suffixes each step)."""
         return self._probes.get_or_build(suffix, lambda: self._probe(suffix))
 
     def _probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:
@@ -148,6 +153,19 @@ class PushdownTokenizer:
                 {},
             ))  # fmt: skip
         return tuple(out)
+
+
+def _probe_suffixes() -> int:
+    """How many probe vocabularies a tokenizer keeps: ``HF_FVO_PROBE_SUFFIXES``, else 8."""
+    kept = os.environ.get("HF_FVO_PROBE_SUFFIXES", "").strip()
+    if not kept:
+        return _PROBE_SUFFIXES
+    if not kept.isdigit() or int(kept) < 1:
+        raise InvalidArgumentError(
+            f"HF_FVO_PROBE_SUFFIXES must be a positive integer (probe vocabularies kept), got "
+            f"{kept!r}"
+        )
+    return int(kept)
 
 
 class _VocabularyWrapper:
