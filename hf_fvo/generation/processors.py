@@ -237,7 +237,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         if scores.device.type == "cpu" and scores.dtype in BIAS_DTYPES:
             # scores + (0 on A_t, −inf elsewhere): a third of torch.where's time on a CPU, and
             # in numpy where it can (single-threaded: no thread-pool round trip for 50k floats)
-            bias = self.grammar.admissible_bias(state, remaining, scores.dtype, scores[r])
+            bias = self.grammar.admissible_bias(state, remaining, scores.dtype)
             if scores.dtype == torch.bfloat16:  # numpy has no bfloat16
                 torch.add(scores[r, :vocab], bias, out=kept)
                 peak = kept.max().item()
@@ -247,7 +247,7 @@ class FVOLogitsProcessor(LogitsProcessor):
                     np.add(scores[r, :vocab].detach().numpy(), bias.numpy(), out=row)
                 peak = row.max()
         else:
-            mask = self.grammar.admissible(state, remaining, scores[r]).to(scores.device)
+            mask = self.grammar.admissible(state, remaining).to(scores.device)
             kept.copy_(torch.where(mask, scores[r, :vocab], -torch.inf))
             peak = kept.max().item()
         if math.isfinite(peak):  # NaN and +inf propagate through max

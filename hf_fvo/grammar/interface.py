@@ -483,17 +483,12 @@ class Grammar(ABC):
         return self.min_tokens_to_accept(state)
 
     @abstractmethod
-    def admissible(
-        self, state: State, remaining: int | None, scores: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def admissible(self, state: State, remaining: int | None) -> torch.Tensor:
         """A_t restricted to candidates y whose completion fits in ``remaining`` tokens (EOS
         counted; ``None``: unbounded): y is kept when its next state accepts within
         ``remaining - 2`` more tokens, and EOS only at accepting states, so no output is ever
         cut off. Exact on automata; pushdown grammars keep y when a completion of its next
-        state, verified by the parser, fits (:meth:`tokens_to_accept`). ``scores``: the row's
-        model scores, where the caller has them; a grammar whose budget check has a limited
-        search (pushdown) spends it on the likeliest tokens (the set never holds a token that
-        cannot finish either way)."""
+        state, verified by the parser, fits (:meth:`tokens_to_accept`)."""
 
     # -- what the masks leave to a check -------------------------------------------------------
 
@@ -577,16 +572,11 @@ class Grammar(ABC):
         return None
 
     def admissible_bias(
-        self,
-        state: State,
-        remaining: int | None,
-        dtype: torch.dtype = torch.float32,
-        scores: torch.Tensor | None = None,
+        self, state: State, remaining: int | None, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
         """:meth:`admissible` as an additive mask: 0.0 on A_t, −inf elsewhere, a CPU tensor of
         ``dtype`` (float32, bfloat16 or float16). ``scores + bias`` masks a row in one pass,
-        without the float arithmetic of building it (the values are bit patterns); ``scores``
-        as in :meth:`admissible`.
+        without the float arithmetic of building it (the values are bit patterns).
 
         Example:
             >>> import torch
@@ -599,8 +589,7 @@ class Grammar(ABC):
             (True, -inf)
         """
         uint, neg_inf = bias_bits(dtype)
-        mask = self.admissible(state, remaining, scores)
-        off = np.subtract(1, mask.numpy().view(np.uint8), dtype=uint)
+        off = np.subtract(1, self.admissible(state, remaining).numpy().view(np.uint8), dtype=uint)
         off *= neg_inf  # 1 → −inf's bits, 0 → 0.0's
         return torch.from_numpy(off).view(dtype)
 

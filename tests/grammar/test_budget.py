@@ -343,32 +343,6 @@ def test_the_token_by_token_budget_rule_agrees_with_its_resolved_set(smol_tokeni
     assert checked >= 20
 
 
-def test_with_the_rows_scores_the_searches_go_to_the_likeliest_tokens(smol_tokenizer):
-    """After `{"a":1` five allowed tokens need a search (`,` `.` `E` `e` `,"`) and a call
-    searches four: by id, `,"` is the fifth and is dropped; with scores that make it the
-    likeliest it is searched and kept; with scores under which the uncertified tokens hold
-    10⁻¹³ of the mass none is searched, and only what the witnesses certify stays."""
-    schema = {"type": "object", "required": ["a"], "additionalProperties": False,
-              "properties": {"a": {"type": "integer"}, "b": {"type": "string"},
-                             "c": {"type": "string"}}}  # fmt: skip
-    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
-    prefix = smol_tokenizer.encode('{"a":1')
-    allowed = g.allowed(g.walk(prefix)).nonzero().flatten().tolist()
-    spelled = {smol_tokenizer.decode([t]): t for t in allowed}
-    comma_quote, comma, close = spelled[',"'], spelled[","], spelled["}"]
-    by_id = g.admissible(g.walk(prefix), 22)
-    assert by_id[comma] and not by_id[comma_quote]
-    scores = torch.zeros(g.vocab_size)
-    scores[comma_quote] = 5.0
-    likeliest = g.admissible(g.walk(prefix), 22, scores)
-    assert likeliest[comma_quote] and likeliest[close]
-    scores = torch.zeros(g.vocab_size)
-    scores[[comma, comma_quote, spelled["."], spelled["e"], spelled["E"]]] = -30.0
-    negligible = g.admissible(g.walk(prefix), 22, scores)
-    assert negligible[close] and not negligible[comma] and not negligible[comma_quote]
-    assert not (negligible & ~by_id).any()  # a subset: only searches were left out
-
-
 def test_the_probe_cache_size_comes_from_the_environment(smol_tokenizer, monkeypatch):
     from hf_fvo.errors import InvalidArgumentError
     from hf_fvo.grammar.pushdown import PushdownTokenizer

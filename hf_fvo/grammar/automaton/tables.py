@@ -290,12 +290,9 @@ class TokenAutomaton(Grammar):
             v = base.index_add(0, self._group_src, mass * v[self._group_dst])
         return v
 
-    def admissible(
-        self, state: int, remaining: int | None, scores: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def admissible(self, state: int, remaining: int | None) -> torch.Tensor:
         """A_t restricted to candidates whose completion fits in ``remaining`` tokens (EOS
-        counted): y is kept when its next state can accept within ``remaining - 1`` tokens
-        (exact: ``scores`` are not needed)."""
+        counted): y is kept when its next state can accept within ``remaining - 1`` tokens."""
         mask = self.allowed(state)
         if remaining is None:
             return mask

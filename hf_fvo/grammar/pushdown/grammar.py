@@ -43,7 +43,6 @@ __all__ = ["PushdownGrammar", "PushdownState"]
 _UNKNOWN: Any = object()  # a state's witness before it is searched for
 _SEARCHES = 4  # child states searched per admissible() call at most (beyond: excluded)
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
-_NEGLIGIBLE = 1e-6  # mass under which uncertified tokens are not searched (with scores)
 _LAZY_SLACK = 4  # tokens of room beyond a state's witness from which its budget check is lazy
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
@@ -257,9 +256,7 @@ class PushdownGrammar(Grammar):
             state._witness = self._completer.complete(state._matcher, state._utf8)
         return state._witness
 
-    def admissible(
-        self, state: PushdownState, remaining: int | None, scores: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def admissible(self, state: PushdownState, remaining: int | None) -> torch.Tensor:
         mask = self.allowed(state)
         if remaining is None:
             return mask
@@ -271,7 +268,7 @@ class PushdownGrammar(Grammar):
         if self._closing is not None and room >= self._closing:
             return mask  # every prefix completes within `closing` single-byte tokens
         if state._kept is None or state._kept[0] != room:  # a caller may ask twice (a twist)
-            state._kept = (room, self._within(state, room, _SEARCHES, scores))
+            state._kept = (room, self._within(state, room))
         keep = state._kept[1]
         mask[: self._n] = torch.from_numpy(keep.view(np.bool_))
         if self.is_accepting(state):
@@ -401,11 +398,7 @@ class PushdownGrammar(Grammar):
         return out
 
     def _within(
-        self,
-        state: PushdownState,
-        room: int,
-        searches: int | None = _SEARCHES,
-        scores: torch.Tensor | None = None,
+        self, state: PushdownState, room: int, searches: int | None = _SEARCHES
     ) -> np.ndarray:
         """The admissible non-EOS tokens y whose next state has a verified completion of at
         most ``room`` tokens (one 0/1 byte per id); their witnesses are kept for the children.
@@ -414,9 +407,8 @@ class PushdownGrammar(Grammar):
         fewest tokens), or when the witness still completes after it (finishing a character
         y leaves open first): for JSON grammars one probe mask answers that for every token,
         otherwise the parser walks each. Other tokens' next states are searched, at most
-        ``searches`` per call (``None``: all) — with the row's ``scores``, the likeliest first
-        and none once those left hold under 10⁻⁶ of the parser's set's mass —; the rest are
-        excluded: the rule may drop a member, never admit one that cannot finish in time."""
+        ``searches`` per call (``None``: all); the rest are excluded: the rule may drop a
+        member, never admit one that cannot finish in time."""
         done = self._completer
         keep = np.zeros(self._n, dtype=np.uint8)
         heirs = self._heirs(state, room)
@@ -442,10 +434,7 @@ class PushdownGrammar(Grammar):
             if tail is not None and done.parses(matcher, (y, *tail)):
                 keep[y] = 1  # the witness still completes after y
                 heirs.setdefault(y, tail)
-        left = np.flatnonzero(bits & (keep == 0))
-        if scores is not None and searches is not None:
-            left = _likeliest(left, bits, scores)
-        for k, y in enumerate(left.tolist()):
+        for k, y in enumerate(np.flatnonzero(bits & (keep == 0)).tolist()):
             if searches is not None and k >= searches:
                 break
             found = self._searched(state, y, room)
@@ -518,18 +507,14 @@ class PushdownGrammar(Grammar):
         return _UNKNOWN
 
     def admissible_bias(
-        self,
-        state: PushdownState,
-        remaining: int | None,
-        dtype: torch.dtype = torch.float32,
-        scores: torch.Tensor | None = None,
+        self, state: PushdownState, remaining: int | None, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
         # straight from the parser's packed mask: one table lookup per byte of it
         if state is self._terminal or (
             remaining is not None
             and (remaining <= 1 or self._closing is None or remaining - 2 < self._closing)
         ):
-            return super().admissible_bias(state, remaining, dtype, scores)
+            return super().admissible_bias(state, remaining, dtype)
         self._check_state(state)
         uint, neg_inf = bias_bits(dtype)
         words = self._words(state)
@@ -591,22 +576,6 @@ class PushdownGrammar(Grammar):
 
     def __repr__(self) -> str:
         return f"PushdownGrammar({self._source}, vocab_size={self._vocab_size})"
-
-
-def _likeliest(left: np.ndarray, bits: np.ndarray, scores: torch.Tensor) -> np.ndarray:
-    """The tokens of ``left`` (ids the parser allows, 0/1 ``bits``) in order of their scores,
-    the likeliest first, less the tail that holds under ``_NEGLIGIBLE`` of the mass of the
-    parser's whole set; ``left`` unchanged where the set's scores hold NaN, +inf or nothing
-    finite (−inf is probability 0)."""
-    s = scores[: len(bits)].detach().to("cpu", torch.float64).numpy()
-    allowed = s[bits.astype(bool)]
-    top = allowed.max(initial=-np.inf)
-    if not np.isfinite(top):
-        return left
-    log_z = top + np.log(np.exp(allowed - top).sum())
-    order = np.argsort(s[left] - log_z, kind="stable")[::-1]
-    tail = np.cumsum(np.exp(s[left[order[::-1]]] - log_z))[::-1]  # mass from each on
-    return left[order[: int((tail >= _NEGLIGIBLE).sum())]]
 
 
 @functools.cache
