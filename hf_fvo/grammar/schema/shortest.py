@@ -17,22 +17,26 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hf_fvo.grammar.schema.facts import definitions_of, ref_target
+
 __all__ = ["pattern_width", "shortest_bound"]
 
 
 def shortest_bound(schema: Any) -> float:
     """Bytes of the shortest member of a prepared schema's language (compact JSON), at least;
-    ``math.inf`` when the schema admits no finite text.
+    ``math.inf`` when the schema admits no finite text. A ``$ref`` outside the prepared
+    schema's ``$defs`` counts as any value.
 
     Example:
+        >>> from hf_fvo.grammar.schema import prepare_json_schema
         >>> from hf_fvo.grammar.schema.shortest import shortest_bound
         >>> shortest_bound({"type": "object", "properties": {"ok": {"type": "boolean"}},
         ...                 "required": ["ok"]})  # {"ok":true}
         11
         >>> shortest_bound({"type": "string", "pattern": "(.{10}){100}"})
         1002
-        >>> shortest_bound({"type": "object", "properties": {"next": {"$ref": "#"}},
-        ...                 "required": ["next"]})
+        >>> cycle = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+        >>> shortest_bound(prepare_json_schema(cycle).schema)
         inf
     """
     return _Shortest(schema).solve()
@@ -62,6 +66,7 @@ def pattern_width(pattern: str) -> int:
 class _Shortest:
     def __init__(self, root: Any) -> None:
         self.root = root
+        self.defs = definitions_of(root)  # a prepared schema's $refs all point here
         self.table: dict[str, float] = {}  # per $ref: its bound so far (from infinity down)
         self.changed = False
 
@@ -71,7 +76,7 @@ class _Shortest:
             self.changed = False
             value = self.value(self.root)
             for ref in list(self.table):
-                new = self.value(self.target(ref))
+                new = self.value(ref_target({"$ref": ref}, self.defs))
                 if new < self.table[ref]:
                     self.table[ref], self.changed = new, True
             rounds += 1
@@ -79,18 +84,6 @@ class _Shortest:
                 return value
             if rounds > 2 * len(self.table) + 4:  # a shortest derivation nests each $ref once
                 return 0
-
-    def target(self, ref: str) -> Any:
-        if not ref.startswith("#"):
-            return True  # external: anything
-        node: Any = self.root
-        try:
-            for part in ref[1:].split("/")[1:] if ref != "#" else []:
-                part = part.replace("~1", "/").replace("~0", "~")
-                node = node[int(part)] if isinstance(node, list) else node[part]
-        except (LookupError, ValueError, TypeError):
-            return True
-        return node
 
     # -- one schema: the shortest of its types, at least ----------------------------------------
 
