@@ -19,6 +19,7 @@ import inspect
 import logging
 import os
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -116,7 +117,9 @@ class FVOProcessor(AdapterLogitsProcessor):
     def is_argmax_invariant(self) -> bool:
         return False
 
-    def new_req_logits_processor(self, params: SamplingParams) -> RequestProcessor | Any | None:
+    def new_req_logits_processor(
+        self, params: SamplingParams
+    ) -> Callable[[Sequence[int], torch.Tensor], torch.Tensor] | None:
         if not params.extra_args or KEY not in params.extra_args:
             return None
         # the texts end where vLLM stops them: its EOS and the generation config's
