@@ -353,3 +353,107 @@ def test_the_probe_cache_size_comes_from_the_environment(smol_tokenizer, monkeyp
     monkeypatch.setenv("HF_FVO_PROBE_SUFFIXES", "many")
     with pytest.raises(InvalidArgumentError, match="HF_FVO_PROBE_SUFFIXES"):
         PushdownTokenizer(vocab)
+
+
+MASKBENCH = Path(__file__).resolve().parents[1] / "data" / "maskbench_slice.jsonl"
+
+
+def test_the_free_string_certificate_changes_no_budgeted_set(smol_tokenizer):
+    """Inside a free string of an own-lexeme JSON grammar one parse of the marked grammar
+    (``STRING`` also admitting a control byte) certifies every string-content token at once.
+    Along MaskBench's valid instances (not written here), under budgets that bind, the
+    budgeted sets equal those of a twin grammar that checks the same tokens with the probe
+    mask or a parser walk per token — and the certificate does fire."""
+    import pickle
+
+    rows = [json.loads(line) for line in MASKBENCH.open()]
+    certified = compared = 0
+    for row in rows:
+        instances = [t["data"] for t in row["tests"] if t["valid"]]
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        except GrammarError:
+            continue
+        if not instances or getattr(g, "_marked", None) is None:
+            continue
+        twin = pickle.loads(pickle.dumps(g))
+        twin._marked = None  # the probe and per-token walks only
+        text = json.dumps(instances[0], separators=(",", ":"), ensure_ascii=False)
+        s, t = g.initial_state, twin.initial_state
+        for token in smol_tokenizer.encode(text)[:40]:
+            need = g.tokens_to_accept(s)
+            if need is not None:
+                room = need + 3
+                witness = g.completion(s)
+                certified += bool(witness) and g._free_string(s, witness)
+                assert torch.equal(g.admissible(s, room), twin.admissible(t, room)), (
+                    row["description"],
+                    smol_tokenizer.decode(list(s._path)),
+                )
+                compared += 1
+            s, t = g.next_state(s, token), twin.next_state(t, token)
+            if s is None:  # the instance is valid, but its spelling may not be this grammar's
+                break
+        if compared > 300:
+            break
+    assert compared > 150 and certified > 30, (compared, certified)
+
+
+def test_the_marked_grammar_widens_only_the_free_string():
+    """The certificate's grammar differs from the grammar in the free string's lexeme alone,
+    and exists only for grammars that have one (not llguidance's JSON mode)."""
+    from hf_fvo.grammar.pushdown.engine import (
+        json_definition,
+        json_lark_definition,
+        marked_definition,
+    )
+    from hf_fvo.grammar.schema.lark import schema_lark
+
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "string", "maxLength": 3}},
+    }
+    plain = json_lark_definition(schema_lark(schema, ""))
+    marked = marked_definition(plain, 1)
+    pairs = zip(plain.splitlines(), marked.splitlines(), strict=True)
+    changed = [(x, y) for x, y in pairs if x != y]
+    assert [x.split(":")[0] for x, _ in changed] == ["STRING"]
+    assert changed[0][1].endswith('|\\x01)*"/')
+    assert marked_definition(json_definition(schema, ""), 1) is None
+
+
+def test_fewest_tokens_matches_the_textbook_programme(smol_tokenizer):
+    """The forward programme over token lengths re-spells texts exactly as the textbook one
+    (every end, every start up to the longest token) does, ties included."""
+    g = Grammar.from_json_schema({"type": "string"}, smol_tokenizer, whitespace="")
+    done = g._completer
+    spelled = {}
+    for i, b in enumerate(g.vocabulary.token_bytes):
+        if b:
+            spelled.setdefault(b, i)
+    longest = max(map(len, spelled))
+
+    def textbook(text: bytes):
+        n = len(text)
+        best, back = [0] + [n + 1] * n, [None] * (n + 1)
+        for j in range(1, n + 1):
+            for k in range(max(0, j - longest), j):
+                t = spelled.get(text[k:j])
+                if t is not None and best[k] + 1 < best[j]:
+                    best[j], back[j] = best[k] + 1, (k, t)
+        if n and back[n] is None:
+            return None
+        out, j = [], n
+        while j:
+            k, t = back[j]
+            out.append(t)
+            j = k
+        return tuple(reversed(out))
+
+    rng = random.Random(0)
+    rows = [json.loads(line) for line in MASKBENCH.open()]
+    texts = [json.dumps(t["data"]).encode() for r in rows for t in r["tests"]][:150]
+    texts += [bytes(rng.randrange(256) for _ in range(rng.randrange(1, 40))) for _ in range(100)]
+    texts += [b" " * 100, b"-" * 90, b""]
+    for text in texts:
+        assert done.fewest_tokens(text) == textbook(text), text

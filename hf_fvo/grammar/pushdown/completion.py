@@ -8,7 +8,10 @@ U(s) is a sound upper bound on d(s), the fewest tokens to acceptance:
 1. a byte-level search from the state over the single-byte tokens every byte-level vocabulary
    has: breadth first (shortest in bytes) for a few dozen parser states, then depth first
    with closing brackets and quotes tried first, to 4096 bytes and then to 256
-   (a first descent that closes what is open is linear in the completion's length),
+   (a first descent that closes what is open is linear in the completion's length); the
+   search runs on a second parser of the same grammar over a 257-token vocabulary (the 256
+   bytes and EOS, :data:`BYTE_EOS`), whose masks cost a few words instead of the model's
+   vocabulary,
 2. the fewest tokens that spell those bytes (a dynamic programme over the vocabulary);
 3. the sequence walked through the parser (with EOS at the end) and the UTF-8 filter.
 
@@ -27,13 +30,15 @@ import numpy as np
 
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
-__all__ = ["MAX_DEPTH", "Completer", "advanced"]
+__all__ = ["BYTE_EOS", "MAX_DEPTH", "Completer", "advanced"]
 
 _CLOSERS = b"\"]})>'`"
 _STRUCTURAL = set("\"\\{}[]()<>,:;-+.=/ '`")
 _BFS_NODES = 24  # parser states the breadth-first pass may expand
 _DFS_NODES = 8_000  # and each depth-first pass
 MAX_DEPTH = 4096  # bytes
+BYTE_EOS = 256  # EOS in the byte vocabulary the searches parse over (ids 0–255: the bytes)
+_BYTE_WORDS = (BYTE_EOS + 1 + 31) // 32
 
 
 def _byte_class(b: int) -> str:
@@ -93,13 +98,34 @@ class Completer:
                 if len(b) == 1:
                     self._byte_id[b[0]] = i
         self._spelled = spelled
+        # by a token's first two bytes, the lengths (above 1) of the tokens that start so
+        sizes: dict[bytes, set[int]] = {}
+        for b in spelled:
+            if len(b) > 1:
+                sizes.setdefault(b[:2], set()).add(len(b))
+        self._lengths = {head: tuple(sorted(found)) for head, found in sizes.items()}
+        self._token_bytes = vocab.token_bytes
         self.longest = max((len(b) for b in spelled), default=1)
-        # the bytes in search order, their single-byte token ids and search classes
-        self._order = np.array(_ORDER)
-        self._order_has = self._byte_id[self._order] >= 0
-        self._order_ids = np.maximum(self._byte_id[self._order], 0)
-        names = sorted(set(_CLASS))
-        self._order_class = np.array([names.index(_CLASS[b]) for b in _ORDER])
+        # the searches' byte tables: per UTF-8 state the bytes it allows (an int, bit b) and the
+        # state after each; per search class its bytes; each byte's place in the search order
+        ok_bits = [0] * len(utf8_next)
+        self._byte_next = [[0] * 256 for _ in range(len(utf8_next))]
+        for b in range(256):
+            t = int(self._byte_id[b])
+            if t < 0:
+                continue  # a byte no token spells alone: the searches never write it
+            for u in range(len(utf8_next)):
+                if self._utf8_ok(u, t):
+                    ok_bits[u] |= 1 << b
+                    self._byte_next[u][b] = int(utf8_next[u, t])
+        self._byte_ok = ok_bits
+        classes: dict[str, int] = {}
+        for b in range(256):
+            classes[_CLASS[b]] = classes.get(_CLASS[b], 0) | 1 << b
+        self._classes = list(classes.values())
+        self._rank = [0] * 256
+        for i, b in enumerate(_ORDER):
+            self._rank[b] = i
         self.fill = self._fills()
 
     def _fills(self) -> dict[int, tuple[int, ...]]:
@@ -124,22 +150,46 @@ class Completer:
 
     # -- the witness --------------------------------------------------------------------------
 
-    def complete(self, matcher: Any, utf8: int, nodes: int = _DFS_NODES) -> tuple[int, ...] | None:
-        """A verified token sequence (EOS excluded) from the parser state to acceptance, or
-        ``None`` when the searches' limits (``nodes`` parser states per depth-first pass) are
-        reached first."""
-        if utf8 == 0 and matcher.is_accepting():
-            return ()
-        text = self._bytes_bfs(matcher, utf8)
-        if text is None:
-            text = self._bytes_dfs(matcher, utf8, nodes)
+    def complete(
+        self,
+        matcher: Any,
+        searcher: Any,
+        utf8: int,
+        nodes: int = _DFS_NODES,
+        first: int | None = None,
+        passes: str = "both",
+    ) -> tuple[int, ...] | None:
+        """A verified token sequence (EOS excluded) that takes the parser state to acceptance,
+        or ``None`` when the searches' limits (``nodes`` parser states per depth-first pass)
+        are reached first. ``searcher`` is a parser of the same grammar over the byte
+        vocabulary at the same text (neither is changed). With ``first``, the completion is
+        that of the state after token ``first`` (the result excludes it). ``passes``:
+        ``"both"`` (breadth first, then depth first if that found nothing), ``"breadth"`` or
+        ``"depth"`` alone (a completion, not the byte-shortest)."""
+        head: tuple[int, ...] = ()
+        after = utf8
+        if first is not None:
+            spelled = self._token_bytes[first]
+            after = self.utf8_after(utf8, (first,))
+            if not spelled or after < 0:
+                return None
+            searcher = searcher.deep_copy()
+            if not searcher.consume_tokens(list(spelled)):
+                return None
+            head = (first,)
+        if after == 0 and searcher.is_accepting():
+            # asked of the parser itself: it may accept where validating a lone EOS says no
+            return () if (advanced(matcher, first) if head else matcher).is_accepting() else None
+        text = None if passes == "depth" else self._bytes_bfs(searcher, after)
+        if text is None and passes != "breadth":
+            text = self._bytes_dfs(searcher, after, nodes)
         if text is None:
             return None
         tokens = self.fewest_tokens(text)
-        if tokens is not None and self.accepts(matcher, utf8, tokens):
+        if tokens is not None and self.accepts(matcher, utf8, (*head, *tokens)):
             return tokens
         singles = tuple(int(self._byte_id[b]) for b in text)
-        return singles if self.accepts(matcher, utf8, singles) else None
+        return singles if self.accepts(matcher, utf8, (*head, *singles)) else None
 
     def accepts(self, matcher: Any, utf8: int, tokens: tuple[int, ...]) -> bool:
         """Whether ``tokens`` take the parser state to acceptance (UTF-8 complete)."""
@@ -159,15 +209,23 @@ class Completer:
         return utf8
 
     def fewest_tokens(self, text: bytes) -> tuple[int, ...] | None:
-        """The fewest vocabulary tokens that spell ``text`` (``None`` if none do)."""
+        """The fewest vocabulary tokens that spell ``text`` (``None`` if none do); among
+        equally few, the one whose last token starts earliest, recursively."""
         n = len(text)
         best = [0] + [n + 1] * n
         back: list[tuple[int, int] | None] = [None] * (n + 1)
-        for j in range(1, n + 1):
-            for k in range(max(0, j - self.longest), j):
-                t = self._spelled.get(text[k:j])
-                if t is not None and best[k] + 1 < best[j]:
-                    best[j], back[j] = best[k] + 1, (k, t)
+        spelled, lengths = self._spelled, self._lengths
+        for k in range(n):  # forward: best[k] is final once every start before k is done
+            step = best[k] + 1
+            if step > n:
+                continue
+            for size in (1, *lengths.get(text[k : k + 2], ())):
+                j = k + size
+                if j > n:
+                    break
+                t = spelled.get(text[k:j])
+                if t is not None and step < best[j]:
+                    best[j], back[j] = step, (k, t)
         if n and back[n] is None:
             return None
         out: list[int] = []
@@ -178,59 +236,77 @@ class Completer:
             j = k
         return tuple(reversed(out))
 
-    # -- searches over bytes ------------------------------------------------------------------
+    def suffix_spellings(self, text: bytes) -> list[tuple[int, ...] | None]:
+        """For every j, a spelling of ``text[j:]`` in the fewest tokens (``None`` where none
+        spells it), all from one backward pass: the rests :meth:`fewest_tokens` would give
+        one by one (ties may fall otherwise)."""
+        n = len(text)
+        best = [n + 1] * n + [0]
+        step: list[tuple[int, int] | None] = [None] * (n + 1)
+        spelled, lengths = self._spelled, self._lengths
+        for j in range(n - 1, -1, -1):
+            for size in (1, *lengths.get(text[j : j + 2], ())):
+                k = j + size
+                if k > n:
+                    break
+                t = spelled.get(text[j:k])
+                if t is not None and best[k] + 1 < best[j]:
+                    best[j], step[j] = best[k] + 1, (k, t)
+        out: list[tuple[int, ...] | None] = [()] * (n + 1)
+        for j in range(n - 1, -1, -1):
+            taken = step[j]
+            rest = None if taken is None else out[taken[0]]
+            out[j] = None if rest is None else (taken[1], *rest)  # type: ignore[index]
+        return out
 
-    def _allowed_bytes(self, matcher: Any, utf8: int) -> list[int]:
-        """One allowed byte per search class, closers first."""
-        words = np.empty_like(self._ok_words[0])  # per call: grammars are shared across threads
-        matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
-        words &= self._ok_words[utf8]
-        ids = self._order_ids
-        on = self._order_has & ((words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1).astype(bool)
-        _, first = np.unique(self._order_class[on], return_index=True)
-        return self._order[on][np.sort(first)].tolist()
+    # -- searches over bytes (on the byte-vocabulary parser) ---------------------------------
 
-    def _step(self, matcher: Any, utf8: int, b: int) -> tuple[Any, int]:
-        t = int(self._byte_id[b])
-        return advanced(matcher, t), int(self._utf8_next[utf8, t])
+    def _allowed_bytes(self, searcher: Any, utf8: int) -> list[int]:
+        """One allowed byte per search class, in search order (closers first)."""
+        words = np.zeros(_BYTE_WORDS, dtype=np.uint32)  # per call: grammars are shared
+        searcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+        bits = int.from_bytes(words.tobytes(), "little") & self._byte_ok[utf8]
+        out = []
+        for members in self._classes:
+            hit = bits & members
+            if hit:
+                out.append((hit & -hit).bit_length() - 1)
+        out.sort(key=self._rank.__getitem__)
+        return out
 
-    def _done(self, matcher: Any, utf8: int) -> bool:
-        return utf8 == 0 and matcher.is_accepting()
-
-    def _bytes_bfs(self, matcher: Any, utf8: int) -> bytes | None:
+    def _bytes_bfs(self, searcher: Any, utf8: int) -> bytes | None:
         # a child's parser is copied only when it is expanded (most of the last level never
         # is); whether it accepts is asked of its parent: the byte, then EOS
-        queue: deque[tuple[Any, int, int, bytes]] = deque([(matcher, -1, utf8, b"")])
+        queue: deque[tuple[Any, int, int, bytes]] = deque([(searcher, -1, utf8, b"")])
         for _ in range(_BFS_NODES):
             if not queue:
                 return None
             m, b, u, text = queue.popleft()
             if b >= 0:
-                m = advanced(m, int(self._byte_id[b]))
+                m = advanced(m, b)
             for b in self._allowed_bytes(m, u):
-                t = int(self._byte_id[b])
-                cu = int(self._utf8_next[u, t])
-                if cu == 0 and m.validate_tokens([t, self._eos]) == 2:
+                cu = self._byte_next[u][b]
+                if cu == 0 and m.validate_tokens([b, BYTE_EOS]) == 2:
                     return text + bytes([b])
                 queue.append((m, b, cu, text + bytes([b])))
         return None
 
-    def _bytes_dfs(self, matcher: Any, utf8: int, nodes: int) -> bytes | None:
+    def _bytes_dfs(self, searcher: Any, utf8: int, nodes: int) -> bytes | None:
         # first a long descent (closing what is open, writing what is required: linear in the
         # completion's length), then a shallow search with backtracking for the rest
         for limit in (MAX_DEPTH, 256):
-            found = self._dfs(matcher, utf8, limit, [nodes])
+            found = self._dfs(searcher, utf8, limit, [nodes])
             if found is not None:
                 return found
         return None
 
-    def _dfs(self, matcher: Any, utf8: int, limit: int, budget: list[int]) -> bytes | None:
-        # iterative: (matcher, utf8, text, untried bytes)
-        stack = [(matcher, utf8, b"", None)]
+    def _dfs(self, searcher: Any, utf8: int, limit: int, budget: list[int]) -> bytes | None:
+        # iterative: (parser, utf8, text, untried bytes)
+        stack = [(searcher, utf8, b"", None)]
         while stack:
             m, u, text, todo = stack.pop()
             if todo is None:
-                if self._done(m, u):
+                if u == 0 and m.is_accepting():
                     return text
                 if len(text) >= limit:
                     continue
@@ -242,8 +318,7 @@ class Completer:
                 continue
             b, rest = todo[0], todo[1:]
             stack.append((m, u, text, rest))
-            child, cu = self._step(m, u, b)
-            stack.append((child, cu, text + bytes([b]), None))
+            stack.append((advanced(m, b), self._byte_next[u][b], text + bytes([b]), None))
         return None
 
     def _utf8_ok(self, utf8: int, t: int) -> bool:

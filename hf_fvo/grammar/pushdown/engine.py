@@ -22,7 +22,7 @@ from hf_fvo.errors import (
     InvalidRegexError,
     UnsupportedSchemaError,
 )
-from hf_fvo.grammar.pushdown.completion import Completer
+from hf_fvo.grammar.pushdown.completion import BYTE_EOS, Completer
 from hf_fvo.grammar.pushdown.utf8 import json_text_tables, utf8_tables
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 from hf_fvo.lru import LRU
@@ -34,6 +34,7 @@ __all__ = [
     "json_lark_definition",
     "lark_definition",
     "limits",
+    "marked_definition",
     "patterns_intersect",
     "probe_definition",
     "regex_definition",
@@ -44,6 +45,7 @@ __all__ = [
 # every tokenization of a member is a distinct sequence of the language: canonical forcing off
 _OPTIONS = '%llguidance {"no_forcing": true}\n'
 _OWN_LEXEMES = "// a JSON schema with hf_fvo's lexemes\n"
+_FREE_STRING = 'STRING: /"(?:[^"\\\\\\x00-\\x1f]|'  # how hf_fvo's free string lexeme begins
 # bytes of token text one LLTokenizer may hold: llguidance's token trie panics a little past
 # 4.5 million (measured with SmolLM2's vocabulary and suffixes of 78 and 85 bytes)
 _PROBE_TRIE = 4_000_000
@@ -84,9 +86,33 @@ class PushdownTokenizer:
             wrapper, n_vocab=len(vocab), eos_token=list(vocab.eos_token_ids)
         )
         self.words = (len(vocab) + 31) // 32
+        # the completion searches parse over the 256 bytes (ids 0–255) and EOS (BYTE_EOS)
+        self.byte_llg = llguidance.LLTokenizer(
+            llguidance.TokenizerWrapper(_ByteWrapper()), n_vocab=BYTE_EOS + 1, eos_token=BYTE_EOS
+        )
         self.ok, self.utf8_next, self.ok_words, self.completer = self._filter(utf8_tables)
         self._json_text: tuple[np.ndarray, np.ndarray, Completer] | None = None
         self._probes: LRU[bytes, Any] = LRU(_probe_suffixes())
+        # a control byte no JSON text holds raw, spelled by one token: the free-string mark
+        spellings = self.completer.spellings
+        self.marker = next(
+            ((b, ids[0]) for b in range(0x20) if (ids := spellings.get(bytes([b])))), None
+        )
+        self._content: np.ndarray | None = None
+
+    @property
+    def string_content(self) -> np.ndarray:
+        """Per token id, 1 where its bytes can stand inside a free JSON string from a character
+        boundary: no ``"``, no ``\\``, no byte below 0x20, valid UTF-8 (possibly ending inside a
+        character); 0 elsewhere."""
+        if self._content is None:
+            bad = np.zeros(256, dtype=bool)
+            bad[:0x20] = bad[ord('"')] = bad[ord("\\")] = True
+            self._content = np.array(
+                [bool(b) and self.ok[0][i] and not bad[np.frombuffer(b, np.uint8)].any()
+                 for i, b in enumerate(self.vocab.token_bytes)], dtype=np.uint8,
+            )  # fmt: skip
+        return self._content
 
     def json_text(self) -> tuple[np.ndarray, np.ndarray, Completer]:
         """The byte filter of JSON text (:func:`~.utf8.json_text_tables`) as ``(next,
@@ -168,6 +194,21 @@ def _probe_suffixes() -> int:
     return int(kept)
 
 
+class _ByteWrapper:
+    """What ``llguidance.TokenizerWrapper`` reads for the byte vocabulary: one token per byte,
+    then EOS."""
+
+    eos_token_id = BYTE_EOS
+    bos_token_id = None
+
+    def __init__(self) -> None:
+        self.special_token_ids = [BYTE_EOS]
+        self.tokens = [bytes([b]) for b in range(256)] + [b"<[eos]>"]
+
+    def __call__(self, text: bytes) -> list[int]:
+        return list(text)
+
+
 class _VocabularyWrapper:
     """What ``llguidance.TokenizerWrapper`` reads: token bytes, special ids and a tokenize
     function (used only for canonical forcing, which is off)."""
@@ -235,6 +276,32 @@ def probe_definition(definition: str) -> str | None:
         head, _, rest = definition.partition("\nstart: ")
         start, _, rules = rest.partition("\n")
         return f'{head}\nstart: ({start}) "\\u0000"\n{rules}'
+    return None
+
+
+def marked_definition(definition: str, byte: int) -> str | None:
+    """An own-lexeme JSON grammar (:func:`json_lark_definition`) whose free string ``STRING``
+    also admits the raw control byte ``byte`` as a character, for the free-string certificate
+    of :meth:`~hf_fvo.grammar.pushdown.PushdownGrammar.admissible`; ``None`` for grammars
+    without that lexeme. On text without that byte both grammars say the same.
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown.engine import json_lark_definition, marked_definition
+        >>> from hf_fvo.grammar.schema.lark import schema_lark
+        >>> plain = json_lark_definition(schema_lark({"type": "string"}, ""))
+        >>> marked_definition(plain, 0).splitlines()[-1].endswith('|\\\\x00)*"/')
+        True
+    """
+    if _OWN_LEXEMES not in definition:
+        return None
+    lines = definition.split("\n")
+    for i, line in enumerate(lines):
+        # the free string: any number of characters, the first alternative every character
+        # but the quote, the backslash and the controls (schema.lark's CHAR_REGEX)
+        if line.startswith(_FREE_STRING) and line.endswith(')*"/'):
+            body = line[len('STRING: /"') : -len('*"/')]
+            lines[i] = f'STRING: /"(?:{body}|\\x{byte:02x})*"/'
+            return "\n".join(lines)
     return None
 
 

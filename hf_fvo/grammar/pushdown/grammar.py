@@ -20,7 +20,7 @@ the parser (~15 µs) and never changes the state it is given.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,11 +29,11 @@ import torch
 from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError
 from hf_fvo.grammar.interface import Grammar, LazyAdmissible, bias_bits
 from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
-from hf_fvo.grammar.pushdown.completion import advanced
 from hf_fvo.grammar.pushdown.engine import (
     PushdownTokenizer,
     canonical_json,
     limits,
+    marked_definition,
     probe_definition,
     translate_error,
 )
@@ -45,6 +45,9 @@ _SEARCHES = 4  # child states searched per admissible() call at most (beyond: ex
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
 _LAZY_SLACK = 4  # tokens of room beyond a state's witness from which its budget check is lazy
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
+_CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
+_SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
+_ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
 # llguidance can hold: about 70 bytes a part with SmolLM2's; beyond, the parser walks per token)
 
@@ -57,8 +60,8 @@ class PushdownState:
     """
 
     __slots__ = (
-        "_accepting", "_bits", "_heirs", "_heirs_all", "_heirs_room", "_kept", "_lazy", "_mask",
-        "_matcher", "_owner", "_path", "_utf8", "_witness", "_words",
+        "_accepting", "_bits", "_bytewise", "_lazy", "_marked", "_mask", "_matcher", "_owner",
+        "_path", "_rooms", "_suffixes", "_utf8", "_witness", "_words",
     )  # fmt: skip
 
     def __init__(
@@ -68,20 +71,24 @@ class PushdownState:
         utf8: int,
         witness: Any = _UNKNOWN,
         path: tuple[int, ...] = (),
+        shadows: tuple[Any, Any] = (None, None),
     ) -> None:
         self._owner = owner
         self._path = path  # the tokens from the initial state (for the probe parser)
         self._witness = witness  # a verified completion (token ids), None if none was found
-        self._heirs: dict[int, tuple[int, ...]] | None = None  # children's witnesses, by token
-        self._heirs_room = -1  # the room the heirs were found for
-        self._heirs_all: tuple[np.ndarray, tuple[int, ...]] | None = None  # the probe's, shared
+        # per room a budget check was made for: [keep, heirs, heirs shared by many tokens]
+        # (keep: 0/1 per id; heirs: children's witnesses by token; shared: (0/1 per id,
+        # witness by UTF-8 state after)); the initial state is shared by every request
+        self._rooms: dict[int, list[Any]] | None = None
+        self._suffixes: tuple[bytes, list[Any]] | None = None  # (witness text, its spellings)
+        # the byte-vocabulary parser and the marked grammar's here (see _Shadow)
+        self._bytewise, self._marked = shadows
         self._matcher = matcher  # never consumed after construction
         self._utf8 = utf8
         self._words: np.ndarray | None = None  # admissible non-EOS ids, packed (uint32 words)
         self._bits: np.ndarray | None = None  # the same, one 0/1 byte per id, on first use
         self._mask: torch.Tensor | None = None  # the same, unpacked (non-EOS ids < n)
         self._accepting: bool | None = None
-        self._kept: tuple[int, np.ndarray] | None = None  # the last budget check: (room, keep)
         self._lazy: tuple | None = None  # (room, verdicts, [set], tails, witness text)
 
     def __repr__(self) -> str:
@@ -141,6 +148,16 @@ class PushdownGrammar(Grammar):
         self._nwords = tokenizer.words
         self._tokenizer = tokenizer
         self._probe_definition = probe_definition(self._definition)
+        marker = tokenizer.marker
+        marked = None if marker is None else marked_definition(self._definition, marker[0])
+        spelled = self._vocab.token_bytes
+        self._bytewise = _Shadow(
+            "_bytewise",
+            tokenizer.byte_llg,
+            self._definition,
+            lambda tokens: [b for t in tokens for b in spelled[t]],
+        )
+        self._marked = None if marked is None else _Shadow("_marked", tokenizer.llg, marked, list)
         # the byte filter (packed like the parser's masks): UTF-8, and canonical escapes in
         # llguidance's JSON mode
         if not canonical_json(self._definition):
@@ -151,7 +168,7 @@ class PushdownGrammar(Grammar):
         root = llguidance.LLMatcher(tokenizer.llg, self._definition, log_level=0, limits=limits())
         if root.is_error():
             raise translate_error(root.get_error(), self._source)
-        self._initial = PushdownState(self, root, 0)
+        self._initial = PushdownState(self, root, 0, shadows=(_Shadow.START, _Shadow.START))
         # tokens every member needs, at least: its bytes over the longest token's
         self._start_tokens = -(-self._shortest // max(self._completer.longest, 1))
         if self._shortest > _MAX_DEPTH:  # the completion search cannot reach that deep
@@ -225,8 +242,10 @@ class PushdownGrammar(Grammar):
         matcher = state._matcher.deep_copy()
         if not matcher.consume_token(token):
             raise GrammarError(f"internal: llguidance refused token {token} its mask allowed")
+        shadows = (_Shadow.child(state._bytewise, token), _Shadow.child(state._marked, token))
         return PushdownState(self, matcher, int(self._utf8_next[state._utf8, token]),
-                             self._inherited(state, token), (*state._path, token))  # fmt: skip
+                             self._inherited(state, token), (*state._path, token),
+                             shadows)  # fmt: skip
 
     def is_accepting(self, state: PushdownState) -> bool:
         self._check_state(state)
@@ -252,8 +271,14 @@ class PushdownGrammar(Grammar):
         self._check_state(state)
         if state is self._terminal:
             return ()
-        if state._witness is _UNKNOWN:
-            state._witness = self._completer.complete(state._matcher, state._utf8)
+        witness = state._witness
+        if witness is _UNKNOWN or isinstance(witness, _Loose):
+            found = self._completer.complete(
+                state._matcher, self._bytewise.parser(state), state._utf8
+            )
+            if witness is not _UNKNOWN and (found is None or len(witness) < len(found)):
+                found = witness  # the inherited one is shorter: keep it
+            state._witness = None if found is None else _Found(found)
         return state._witness
 
     def admissible(self, state: PushdownState, remaining: int | None) -> torch.Tensor:
@@ -267,9 +292,10 @@ class PushdownGrammar(Grammar):
         room = remaining - 2  # after y: its completion, then EOS
         if self._closing is not None and room >= self._closing:
             return mask  # every prefix completes within `closing` single-byte tokens
-        if state._kept is None or state._kept[0] != room:  # a caller may ask twice (a twist)
-            state._kept = (room, self._within(state, room))
-        keep = state._kept[1]
+        entry = self._room(state, room)
+        if entry[0] is None:  # a caller may ask twice (a twist), requests share the start
+            entry[0] = self._within(state, room)
+        keep = entry[0]
         mask[: self._n] = torch.from_numpy(keep.view(np.bool_))
         if self.is_accepting(state):
             mask[list(self._eos)] = True
@@ -327,7 +353,7 @@ class PushdownGrammar(Grammar):
             return self.is_accepting(state)
         if not 0 <= y < self._n or not self._bits(state)[y]:
             return False
-        witness, heirs = self.completion(state), self._heirs(state, room)
+        witness, heirs = self.completion(state), self._room(state, room)[1]
         if witness and y == witness[0] and len(witness) - 1 <= room:
             heirs.setdefault(y, witness[1:])
             return True
@@ -339,6 +365,8 @@ class PushdownGrammar(Grammar):
             tail = tails.get(int(self._utf8_next[state._utf8, y]))
             if tail is not None and self._completer.parses(state._matcher, (y, *tail)):
                 found = tail  # the witness still completes after y
+        if found is None:
+            found = self._spliced(state, y, room, text)
         if found is None:
             found = self._searched(state, y, room)
         if found is None:
@@ -352,20 +380,53 @@ class PushdownGrammar(Grammar):
         """Where y spells ``text[:j]`` (a beginning of the witness's bytes): the rest in the
         fewest tokens, if it fits in ``room`` and takes y's next state to acceptance."""
         done = self._completer
-        rest = done.fewest_tokens(text[j:]) if j < len(text) else ()
-        after = int(self._utf8_next[state._utf8, y])
-        if (
-            rest is None
-            or len(rest) > room
-            or not done.accepts(advanced(state._matcher, y), after, rest)
-        ):
+        rest = self._suffixes(state, text)[j]
+        if rest is None or len(rest) > room or not done.accepts(state._matcher, state._utf8,
+                                                                 (y, *rest)):  # fmt: skip
             return None
         return rest
 
+    def _suffixes(self, state: PushdownState, text: bytes) -> list[tuple[int, ...] | None]:
+        """The fewest-token spellings of every suffix of ``text`` (the state's witness's
+        bytes), computed once per state."""
+        if state._suffixes is None or state._suffixes[0] != text:
+            state._suffixes = (text, self._completer.suffix_spellings(text))
+        return state._suffixes[1]
+
+    def _spliced(
+        self,
+        state: PushdownState,
+        y: int,
+        room: int,
+        text: bytes,
+    ) -> tuple[int, ...] | None:
+        """y then the witness's bytes less its first i (1 ≤ i ≤ ``_SPLICE``), in the fewest
+        tokens, where that fits in ``room`` and the parser accepts it: y often stands for the
+        witness's first bytes (``{`` where it wrote `` {``). A splice can be longer than what
+        a search from y's next state finds, so the child also searches once asked for its
+        completion and keeps the shorter (:class:`_Loose`)."""
+        done = self._completer
+        for i in range(1, min(len(text), _SPLICE) + 1):
+            rest = self._suffixes(state, text)[i]
+            if (
+                rest is not None
+                and len(rest) <= room
+                and done.accepts(state._matcher, state._utf8, (y, *rest))
+            ):
+                return _Loose(rest)
+        return None
+
     def _searched(self, state: PushdownState, y: int, room: int) -> tuple[int, ...] | None:
-        """A completion of y's next state found by a bounded search, if it fits in ``room``."""
-        after = int(self._utf8_next[state._utf8, y])
-        found = self._completer.complete(advanced(state._matcher, y), after, _CHILD_NODES)
+        """A completion of y's next state that fits in ``room``, found by a bounded search:
+        depth first (linear in its length), then — where that found none that fits — breadth
+        first (the byte-shortest within a few dozen parser states). A depth-first one may be
+        longer than the shortest: the child keeps it as :class:`_Loose`."""
+        done, searcher = self._completer, self._bytewise.parser(state)
+        found = done.complete(state._matcher, searcher, state._utf8, _CHILD_NODES, first=y,
+                              passes="depth")  # fmt: skip
+        if found is not None and len(found) <= room:
+            return _Loose(found)
+        found = done.complete(state._matcher, searcher, state._utf8, first=y, passes="breadth")
         return found if found is not None and len(found) <= room else None
 
     def _text(self, witness: tuple[int, ...] | None) -> bytes:
@@ -383,13 +444,20 @@ class PushdownGrammar(Grammar):
         }  # fmt: skip
 
     @staticmethod
-    def _heirs(state: PushdownState, room: int) -> dict[int, tuple[int, ...]]:
-        """The children's witnesses found for ``room`` so far, by token (the first one found
-        stays, so a child's witness does not depend on which check found it); a check for
-        another room starts afresh."""
-        if state._heirs is None or state._heirs_room != room:
-            state._heirs, state._heirs_room = {}, room
-        return state._heirs
+    def _room(state: PushdownState, room: int) -> list[Any]:
+        """What the budget checks for ``room`` found at ``state`` so far: [keep or None, heirs,
+        shared heirs or None]. A child's witness is the first one found for its token (so it
+        does not depend on which check found it), for the smallest room that found one: a row
+        only admits a token whose witness fits its own room, and requests with other budgets
+        share the initial state. The initial state keeps its last ``_ROOMS`` rooms."""
+        if state._rooms is None:
+            state._rooms = {}
+        entry = state._rooms.get(room)
+        if entry is None:
+            if len(state._rooms) >= _ROOMS:
+                del state._rooms[next(iter(state._rooms))]
+            entry = state._rooms[room] = [None, {}, None]
+        return entry
 
     def _only_eos(self, mask: torch.Tensor, accepting: bool) -> torch.Tensor:
         out = torch.zeros_like(mask)
@@ -411,8 +479,14 @@ class PushdownGrammar(Grammar):
         member, never admit one that cannot finish in time."""
         done = self._completer
         keep = np.zeros(self._n, dtype=np.uint8)
-        heirs = self._heirs(state, room)
+        entry = self._room(state, room)
+        heirs = entry[1]
         witness = self.completion(state)
+        if witness is not None and len(witness) > room + 1 and not isinstance(witness, _Found):
+            # inherited from a check for a larger room (evicted from the shared initial
+            # state's): search once for a shorter one
+            state._witness = _Loose(witness)
+            witness = self.completion(state)
         matcher, utf8 = state._matcher, state._utf8
         bits = self._bits(state)
         if witness:
@@ -420,6 +494,15 @@ class PushdownGrammar(Grammar):
         tails = self._tails(witness, room)
         rest = np.flatnonzero(bits & (keep == 0))
         afters = self._utf8_next[utf8, rest]
+        if 0 in tails and len(rest) >= _CERTIFY_FROM and self._free_string(state, tails[0]):
+            has_tail = np.zeros(len(self._utf8_next), dtype=bool)
+            has_tail[list(tails)] = True
+            inside = (self._tokenizer.string_content[rest] == 1) & has_tail[afters]
+            content = np.zeros(self._n, dtype=np.uint8)
+            content[rest[inside]] = 1
+            keep |= content
+            entry[2] = (content, tails)
+            rest, afters = rest[~inside], afters[~inside]
         suffix = b"".join(self._vocab.token_bytes[t] for t in tails.get(0, ()))
         if (0 in tails and len(rest) >= _PROBE_FROM and len(suffix) <= _PROBE_BYTES
                 and self._probe_definition is not None):  # fmt: skip
@@ -427,17 +510,19 @@ class PushdownGrammar(Grammar):
             whole = afters == 0
             hit = rest[whole & (neutral[rest] == 1)]
             keep[hit] = 1
-            state._heirs_all = (neutral, tails[0])
+            entry[2] = (neutral, {0: tails[0]})
             rest, afters = rest[~whole], afters[~whole]  # the probe said no to the others
         for y, after in zip(rest.tolist(), afters.tolist(), strict=True):
             tail = tails.get(after)
             if tail is not None and done.parses(matcher, (y, *tail)):
                 keep[y] = 1  # the witness still completes after y
                 heirs.setdefault(y, tail)
-        for k, y in enumerate(np.flatnonzero(bits & (keep == 0)).tolist()):
-            if searches is not None and k >= searches:
-                break
-            found = self._searched(state, y, room)
+        text = self._text(witness)
+        uncertified = np.flatnonzero(bits & (keep == 0))
+        for y in (uncertified if searches is None else uncertified[:searches]).tolist():
+            found = self._spliced(state, y, room, text)
+            if found is None:
+                found = self._searched(state, y, room)
             if found is not None:
                 keep[y] = 1
                 heirs.setdefault(y, found)
@@ -494,13 +579,40 @@ class PushdownGrammar(Grammar):
             neutral[ids] = bits[self._n :]
         return neutral
 
+    def _free_string(self, state: PushdownState, witness: tuple[int, ...]) -> bool:
+        """Whether ``state`` is inside a free string (the ``STRING`` lexeme of an own-lexeme JSON
+        grammar) in every reading that the marked grammar (:func:`marked_definition`) keeps
+        after its marker byte, and the witness completes from there: the marked parser accepts
+        marker, witness, EOS.
+
+        Then every token y whose bytes are string content (:attr:`PushdownTokenizer.string_content`)
+        and that the mask admits has a completion: y, the bytes finishing its character if it
+        ends inside one (``fill``), then the witness. After the marker only ``STRING`` readings
+        live, each inside its content; after y·fill the same readings live in the same lexer
+        state (the lexeme's content loops on every character; no lexeme ends inside content),
+        beside perhaps others, and more readings only add completions. The marked grammar says
+        what the grammar says on text without the marker, so y·fill·witness is a member.
+        tests/grammar/test_budget.py checks this against the probe on the development set."""
+        if self._marked is None or state._utf8 != 0:
+            return False
+        matcher = self._marked.parser(state, required=False)
+        if matcher is None:
+            return False
+        seq = [self._tokenizer.marker[1], *witness, self._eos[0]]
+        return matcher.validate_tokens(seq) == len(seq)
+
     def _inherited(self, state: PushdownState, token: int) -> Any:
         """The witness a child starts with: what an admissible() call found for it, else the
         rest of its parent's witness when ``token`` begins it."""
-        if state._heirs is not None and token in state._heirs:
-            return state._heirs[token]
-        if state._heirs_all is not None and state._heirs_all[0][token]:
-            return state._heirs_all[1]
+        for room in sorted(state._rooms or ()):
+            _, heirs, shared = state._rooms[room]  # type: ignore[index]
+            if token in heirs:
+                return heirs[token]
+            if shared is not None and shared[0][token]:
+                after = int(self._utf8_next[state._utf8, token])
+                found = shared[1].get(after)
+                if found is not None:
+                    return found
         witness = state._witness
         if witness and witness is not _UNKNOWN and witness[0] == token:
             return witness[1:]
@@ -576,6 +688,69 @@ class PushdownGrammar(Grammar):
 
     def __repr__(self) -> str:
         return f"PushdownGrammar({self._source}, vocab_size={self._vocab_size})"
+
+
+class _Found(tuple):
+    """A state's witness found by its own search (not inherited from its parent)."""
+
+    __slots__ = ()
+
+
+class _Loose(tuple):
+    """A child's witness found by :meth:`PushdownGrammar._spliced` or by a depth-first search
+    alone (:meth:`PushdownGrammar._searched`): verified and within the room, but perhaps
+    longer than what the whole search finds; :meth:`PushdownGrammar.completion` searches too
+    when the child is asked for its own and keeps the shorter."""
+
+    __slots__ = ()
+
+
+class _Shadow:
+    """Another llguidance parser that follows a grammar's states token by token: the same
+    grammar over the byte vocabulary (for the completion searches) or the marked grammar (for
+    the free-string certificate). A state holds its parser, or (the nearest ancestor's parser,
+    or ``None`` for the start, and the tokens since): parsers are built when first asked for,
+    each from the nearest one built; the grammar is compiled on first use."""
+
+    START: tuple[Any, tuple[int, ...]] = (None, ())
+
+    def __init__(self, slot: str, tokenizer: Any, definition: str,
+                 spell: Callable[[tuple[int, ...]], list[int]]) -> None:  # fmt: skip
+        self._slot, self._tokenizer, self._spell = slot, tokenizer, spell
+        self.definition = definition
+        self._root: Any = None
+
+    @staticmethod
+    def child(value: Any, token: int) -> Any:
+        """What a child state holds after ``token``."""
+        if isinstance(value, tuple):
+            return (value[0], (*value[1], token))
+        return None if value is None else (value, (token,))
+
+    def parser(self, state: PushdownState, required: bool = True) -> Any:
+        """The parser at ``state`` (not to be changed: copy it first). Where it cannot follow
+        (the marked grammar does not compile) ``None``, unless ``required`` (then an internal
+        error: the byte vocabulary spells every text the grammar's vocabulary does)."""
+        import llguidance
+
+        value = getattr(state, self._slot)
+        if isinstance(value, tuple):
+            base, tokens = value
+            if base is None:
+                if self._root is None:
+                    root = llguidance.LLMatcher(self._tokenizer, self.definition, log_level=0,
+                                                limits=limits())  # fmt: skip
+                    self._root = False if root.is_error() else root
+                base = self._root or None
+            value = None
+            if base is not None:
+                value = base.deep_copy()
+                if tokens and not value.consume_tokens(self._spell(tokens)):
+                    value = None
+            setattr(state, self._slot, value)
+        if value is None and required:
+            raise GrammarError(f"internal: the {self._slot} parser cannot follow this state")
+        return value
 
 
 @functools.cache
