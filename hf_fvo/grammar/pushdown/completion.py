@@ -38,7 +38,7 @@ _BFS_NODES = 24  # parser states the breadth-first pass may expand
 _DFS_NODES = 8_000  # and each depth-first pass
 MAX_DEPTH = 4096  # bytes
 BYTE_EOS = 256  # EOS in the byte vocabulary the searches parse over (ids 0–255: the bytes)
-_BYTE_WORDS = (BYTE_EOS + 1 + 31) // 32
+_FEW = 6  # allowed bytes up to which a search walks them rather than its classes
 
 
 def _byte_class(b: int) -> str:
@@ -123,6 +123,7 @@ class Completer:
         for b in range(256):
             classes[_CLASS[b]] = classes.get(_CLASS[b], 0) | 1 << b
         self._classes = list(classes.values())
+        self._class_of = _CLASS
         self._rank = [0] * 256
         for i, b in enumerate(_ORDER):
             self._rank[b] = i
@@ -262,15 +263,23 @@ class Completer:
     # -- searches over bytes (on the byte-vocabulary parser) ---------------------------------
 
     def _allowed_bytes(self, searcher: Any, utf8: int) -> list[int]:
-        """One allowed byte per search class, in search order (closers first)."""
-        words = np.zeros(_BYTE_WORDS, dtype=np.uint32)  # per call: grammars are shared
-        searcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
-        bits = int.from_bytes(words.tobytes(), "little") & self._byte_ok[utf8]
+        """One allowed byte per search class (its lowest), in search order (closers first)."""
+        bits = int.from_bytes(searcher.compute_bitmask(), "little") & self._byte_ok[utf8]
         out = []
-        for members in self._classes:
-            hit = bits & members
-            if hit:
-                out.append((hit & -hit).bit_length() - 1)
+        if bits.bit_count() <= _FEW:  # a few bytes: walk them, lowest first
+            seen = set()
+            while bits:
+                low = bits & -bits
+                bits ^= low
+                b = low.bit_length() - 1
+                if self._class_of[b] not in seen:
+                    seen.add(self._class_of[b])
+                    out.append(b)
+        else:
+            for members in self._classes:
+                hit = bits & members
+                if hit:
+                    out.append((hit & -hit).bit_length() - 1)
         out.sort(key=self._rank.__getitem__)
         return out
 

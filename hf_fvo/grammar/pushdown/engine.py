@@ -99,6 +99,7 @@ class PushdownTokenizer:
             ((b, ids[0]) for b in range(0x20) if (ids := spellings.get(bytes([b])))), None
         )
         self._content: np.ndarray | None = None
+        self._content_after: np.ndarray | None = None
 
     @property
     def string_content(self) -> np.ndarray:
@@ -113,6 +114,15 @@ class PushdownTokenizer:
                  for i, b in enumerate(self.vocab.token_bytes)], dtype=np.uint8,
             )  # fmt: skip
         return self._content
+
+    @property
+    def content_after(self) -> np.ndarray:
+        """Per token id, the UTF-8 state after it from a character boundary where it is
+        :attr:`string_content` (0: it ends on one), −1 where it is not."""
+        if self._content_after is None:
+            after = self.utf8_next[0].astype(np.int64)
+            self._content_after = np.where(self.string_content == 1, after, -1)
+        return self._content_after
 
     def json_text(self) -> tuple[np.ndarray, np.ndarray, Completer]:
         """The byte filter of JSON text (:func:`~.utf8.json_text_tables`) as ``(next,

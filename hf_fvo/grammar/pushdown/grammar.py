@@ -492,17 +492,20 @@ class PushdownGrammar(Grammar):
         if witness:
             self._witness_prefixes(state, witness, room, keep, heirs)
         tails = self._tails(witness, room)
-        rest = np.flatnonzero(bits & (keep == 0))
-        afters = self._utf8_next[utf8, rest]
+        rest = np.flatnonzero(bits)
+        rest = rest[keep[rest] == 0]
         if 0 in tails and len(rest) >= _CERTIFY_FROM and self._free_string(state, tails[0]):
-            has_tail = np.zeros(len(self._utf8_next), dtype=bool)
+            # content tokens whose character-finishing bytes, then the witness, fit (-1: none)
+            has_tail = np.zeros(len(self._utf8_next) + 1, dtype=bool)
             has_tail[list(tails)] = True
-            inside = (self._tokenizer.string_content[rest] == 1) & has_tail[afters]
+            inside = has_tail[self._tokenizer.content_after[rest]]
             content = np.zeros(self._n, dtype=np.uint8)
             content[rest[inside]] = 1
             keep |= content
             entry[2] = (content, tails)
-            rest, afters = rest[~inside], afters[~inside]
+            rest = rest[~inside]
+        pool = rest  # what no test has certified yet: the searches' candidates
+        afters = self._utf8_next[utf8, rest]
         suffix = b"".join(self._vocab.token_bytes[t] for t in tails.get(0, ()))
         if (0 in tails and len(rest) >= _PROBE_FROM and len(suffix) <= _PROBE_BYTES
                 and self._probe_definition is not None):  # fmt: skip
@@ -518,7 +521,7 @@ class PushdownGrammar(Grammar):
                 keep[y] = 1  # the witness still completes after y
                 heirs.setdefault(y, tail)
         text = self._text(witness)
-        uncertified = np.flatnonzero(bits & (keep == 0))
+        uncertified = pool[keep[pool] == 0]
         for y in (uncertified if searches is None else uncertified[:searches]).tolist():
             found = self._spliced(state, y, room, text)
             if found is None:
