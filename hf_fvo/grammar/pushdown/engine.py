@@ -98,30 +98,19 @@ class PushdownTokenizer:
         self.marker = next(
             ((b, ids[0]) for b in range(0x20) if (ids := spellings.get(bytes([b])))), None
         )
-        self._content: np.ndarray | None = None
         self._content_after: np.ndarray | None = None
 
     @property
-    def string_content(self) -> np.ndarray:
-        """Per token id, 1 where its bytes can stand inside a free JSON string from a character
-        boundary: no ``"``, no ``\\``, no byte below 0x20, valid UTF-8 (possibly ending inside a
-        character); 0 elsewhere."""
-        if self._content is None:
+    def content_after(self) -> np.ndarray:
+        """Per token id, where its bytes can stand inside a free JSON string from a character
+        boundary (no ``"``, no ``\\``, no byte below 0x20, valid UTF-8, possibly ending inside
+        a character), the UTF-8 state after it (0: it ends on a boundary); −1 elsewhere."""
+        if self._content_after is None:
             bad = np.zeros(256, dtype=bool)
             bad[:0x20] = bad[ord('"')] = bad[ord("\\")] = True
-            self._content = np.array(
-                [bool(b) and self.ok[0][i] and not bad[np.frombuffer(b, np.uint8)].any()
-                 for i, b in enumerate(self.vocab.token_bytes)], dtype=np.uint8,
-            )  # fmt: skip
-        return self._content
-
-    @property
-    def content_after(self) -> np.ndarray:
-        """Per token id, the UTF-8 state after it from a character boundary where it is
-        :attr:`string_content` (0: it ends on one), −1 where it is not."""
-        if self._content_after is None:
-            after = self.utf8_next[0].astype(np.int64)
-            self._content_after = np.where(self.string_content == 1, after, -1)
+            content = [bool(b) and self.ok[0][i] and not bad[np.frombuffer(b, np.uint8)].any()
+                       for i, b in enumerate(self.vocab.token_bytes)]  # fmt: skip
+            self._content_after = np.where(content, self.utf8_next[0].astype(np.int64), -1)
         return self._content_after
 
     def json_text(self) -> tuple[np.ndarray, np.ndarray, Completer]:

@@ -377,8 +377,9 @@ class PushdownGrammar(Grammar):
     def _spelled_rest(
         self, state: PushdownState, y: int, text: bytes, j: int, room: int
     ) -> tuple[int, ...] | None:
-        """Where y spells ``text[:j]`` (a beginning of the witness's bytes): the rest in the
-        fewest tokens, if it fits in ``room`` and takes y's next state to acceptance."""
+        """y then ``text[j:]`` (the witness's bytes from j) in the fewest tokens: that rest, if
+        it fits in ``room`` and the parser accepts y then it (where y spells ``text[:j]``, or
+        stands for it: :meth:`_spliced`)."""
         done = self._completer
         rest = self._suffixes(state, text)[j]
         if rest is None or len(rest) > room or not done.accepts(state._matcher, state._utf8,
@@ -405,14 +406,9 @@ class PushdownGrammar(Grammar):
         witness's first bytes (``{`` where it wrote `` {``). A splice can be longer than what
         a search from y's next state finds, so the child also searches once asked for its
         completion and keeps the shorter (:class:`_Loose`)."""
-        done = self._completer
         for i in range(1, min(len(text), _SPLICE) + 1):
-            rest = self._suffixes(state, text)[i]
-            if (
-                rest is not None
-                and len(rest) <= room
-                and done.accepts(state._matcher, state._utf8, (y, *rest))
-            ):
+            rest = self._spelled_rest(state, y, text, i, room)
+            if rest is not None:
                 return _Loose(rest)
         return None
 
@@ -588,7 +584,7 @@ class PushdownGrammar(Grammar):
         after its marker byte, and the witness completes from there: the marked parser accepts
         marker, witness, EOS.
 
-        Then every token y whose bytes are string content (:attr:`PushdownTokenizer.string_content`)
+        Then every token y whose bytes are string content (:attr:`PushdownTokenizer.content_after`)
         and that the mask admits has a completion: y, the bytes finishing its character if it
         ends inside one (``fill``), then the witness. After the marker only ``STRING`` readings
         live, each inside its content; after y·fill the same readings live in the same lexer
