@@ -358,14 +358,19 @@ def test_the_probe_cache_size_comes_from_the_environment(smol_tokenizer, monkeyp
 MASKBENCH = Path(__file__).resolve().parents[1] / "data" / "maskbench_slice.jsonl"
 
 
-def test_the_free_string_certificate_changes_no_budgeted_set(smol_tokenizer):
-    """Inside a free string of an own-lexeme JSON grammar one parse of the marked grammar
-    (``STRING`` also admitting a control byte) certifies every string-content token at once.
-    Along MaskBench's valid instances (not written here), at the states where it fires, under
-    budgets that bind, the budgeted sets equal those of a twin grammar that checks the same
-    tokens with the probe mask or a parser walk per token (from the same witness)."""
+def test_the_string_certificate_admits_exactly_what_a_parse_per_token_admits(smol_tokenizer):
+    """Inside a string lexeme of an own-lexeme JSON grammar (free, or counted by ``maxLength``)
+    a few parses of the marked grammar certify string-content tokens by their number of
+    characters. Along MaskBench's valid instances (not written here), at the states where it
+    fires, under budgets that bind, a certified token's bytes, the tokens finishing its
+    character or escape, then the witness, parse, and every content token for which they
+    parse is admitted — checked for a fixed-seed sample of each state's content tokens and
+    for every one that ends inside an escape."""
+    import numpy as np
+
     rows = [json.loads(line) for line in MASKBENCH.open()]
-    certified, schemas = 0, set()
+    rng = np.random.default_rng(0)
+    states, counted, escapes, schemas = 0, 0, 0, set()
     for row in rows:
         data = next((t["data"] for t in row["tests"] if t["valid"]), None)
         text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
@@ -377,36 +382,43 @@ def test_the_free_string_certificate_changes_no_budgeted_set(smol_tokenizer):
             continue
         if getattr(g, "_marked", None) is None:
             continue
-        twin = type(g)(g.definition, g._tokenizer, g.vocab_size, g.source, closing=g._closing,
-                       shortest=g._shortest)  # fmt: skip
-        twin._marked = None  # the same grammar, without the certificate
+        table, done = g._tokenizer.content_after, g._completer
         s = g.initial_state
-        for token in smol_tokenizer.encode(text)[:40]:
+        for token in smol_tokenizer.encode(text)[:60]:
             witness = g.completion(s)
             if witness is None:
                 break
-            room = len(witness) + 3  # binds: content tokens keep the witness's length
-            mask = g.admissible(s, room)  # (its checks hand the children their witnesses)
-            if witness and g._free_string(s, witness):
-                t = twin.walk(list(s._path))
-                t._witness = witness  # the same verified completion: the same tests
-                assert torch.equal(mask, twin.admissible(t, room)), (
-                    row["description"],
-                    smol_tokenizer.decode(list(s._path)),
-                )
-                certified += 1
+            room = len(witness) + 3  # binds: a content token keeps the witness's length
+            keep = g._within(s, room)  # the check itself (admissible() may not need it here)
+            shared = g._room(s, room)[2]
+            if shared is not None and shared[2] is table:  # the certificate fired here
+                content, ends = shared[0], shared[1]
+                candidates = np.flatnonzero(g._bits(s) & (table[: g._n] >= 0))
+                sample = {*rng.choice(candidates, min(200, len(candidates)), replace=False)}
+                sample |= {*candidates[table[candidates] >= 8]}  # inside an escape
+                for y in sorted(sample):
+                    tail = ends.get(int(table[y]))
+                    parses = tail is not None and done.accepts(s._matcher, 0, (y, *tail))
+                    # certified: it parses; it parses: admitted (perhaps by an earlier test)
+                    assert parses >= bool(content[y]) and keep[y] >= parses, (
+                        row["description"], y, tail)  # fmt: skip
+                    escapes += bool(content[y]) and table[y] >= 8
+                states += 1
+                counted += g._counted
                 schemas.add(row["description"])
             s = g.next_state(s, token)
             if s is None:  # a valid instance, but its spelling may not be this grammar's
                 break
-        if certified >= 40 and len(schemas) >= 3:
+        if states >= 80 and len(schemas) >= 3 and counted >= 10:
             break
-    assert certified >= 40 and len(schemas) >= 3, (certified, schemas)
+    assert states >= 80 and len(schemas) >= 3 and counted >= 10 and escapes > 0, (
+        states, counted, escapes, schemas)  # fmt: skip
 
 
-def test_the_marked_grammar_widens_only_the_free_string():
-    """The certificate's grammar differs from the grammar in the free string's lexeme alone,
-    and exists only for grammars that have one (not llguidance's JSON mode)."""
+def test_the_marked_grammar_widens_only_the_string_lexemes():
+    """The certificate's grammar differs from the grammar in the free and counted string
+    lexemes alone (not patterns, not the lexeme of other keys), and exists only for grammars
+    that have one (not llguidance's JSON mode)."""
     from hf_fvo.grammar.pushdown.engine import (
         json_definition,
         json_lark_definition,
@@ -416,14 +428,19 @@ def test_the_marked_grammar_widens_only_the_free_string():
 
     schema = {
         "type": "object",
-        "properties": {"a": {"type": "string"}, "b": {"type": "string", "maxLength": 3}},
+        "properties": {
+            "a": {"type": "string"},
+            "b": {"type": "string", "maxLength": 3},
+            "c": {"type": "string", "pattern": "^x+$"},
+        },
+        "additionalProperties": {"type": "integer"},  # keys other than a, b, c: a lexeme
     }
     plain = json_lark_definition(schema_lark(schema, ""))
     marked = marked_definition(plain, 1)
     pairs = zip(plain.splitlines(), marked.splitlines(), strict=True)
     changed = [(x, y) for x, y in pairs if x != y]
-    assert [x.split(":")[0] for x, _ in changed] == ["STRING"]
-    assert changed[0][1].endswith('|\\x01)*"/')
+    assert sorted(x.split(":")[0] for x, _ in changed) == ["STRING", "STRING_0_3"]
+    assert sorted(y.split("|")[-1] for _, y in changed) == ['\\x01)*"/', '\\x01){0,3}"/']
     assert marked_definition(json_definition(schema, ""), 1) is None
 
 

@@ -11,6 +11,8 @@ from collections import deque
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hf_fvo import Grammar
 from hf_fvo.errors import GrammarError, InvalidArgumentError, InvalidGrammarError
@@ -226,3 +228,41 @@ def test_a_pushdown_regex_refuses_automaton_only_options(smol_tokenizer):
     for option in ({"max_length": 4}, {"max_states": 10}):
         with pytest.raises(InvalidArgumentError, match="apply to backend='automaton'"):
             Grammar.from_regex("[a-z]+", smol_tokenizer, backend="pushdown", **option)
+
+
+_PIECES = ["a", "é", '"', "\\", "\\u", "\\ud", "\\uD8", "\\udc", "u", "d", "8", "c", "F", "0",
+           "00", "n", "/", "x", "\n"]  # fmt: skip
+_STRING_TEXT = st.lists(
+    st.sampled_from(_PIECES),
+    min_size=1,
+    max_size=10,
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(_STRING_TEXT)
+def test_the_string_content_automaton_reads_the_string_lexemes_characters(text):
+    """The automaton behind the string certificate (``utf8.string_content``) agrees with
+    the string lexemes' character regex (``schema.lark.CHAR_REGEX``, the lexeme's own
+    definition): where it ends on a boundary the text is whole characters and it counts them;
+    where it ends inside a character or an escape, its fill finishes it (one more character
+    at most); where it rejects, no continuation makes the text characters."""
+    import re
+
+    from hf_fvo.grammar.pushdown.utf8 import string_content
+    from hf_fvo.grammar.schema.lark import CHAR_REGEX
+
+    whole = re.compile(f"(?:{CHAR_REGEX})*")
+    spelled = text.encode()
+    after, chars, fills = string_content(TokenVocabulary([spelled, None], [1]))
+    state, count = int(after[0]), int(chars[0])
+    if state == 0:
+        assert whole.fullmatch(text) and count == len(re.findall(CHAR_REGEX, text))
+    elif state >= 8:  # inside an escape: the fill finishes it
+        done = text + fills[state].decode()
+        assert whole.fullmatch(done) and count == len(re.findall(CHAR_REGEX, done))
+    elif state > 0:  # inside a UTF-8 character: not reachable from whole code points
+        pytest.fail("a str's bytes end on a character boundary")
+    else:  # rejected: a quote, a control, a bad escape — every continuation fails too
+        ends = [fill.decode() for fill in fills.values()] + ["", "0000", "\\udc00"]
+        assert not any(whole.fullmatch(text + end) for end in ends)

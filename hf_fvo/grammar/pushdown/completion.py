@@ -128,6 +128,11 @@ class Completer:
         for i, b in enumerate(_ORDER):
             self._rank[b] = i
         self.fill = self._fills()
+        # per UTF-8 state, per token: the state after it, −1 where it breaks UTF-8 (lists:
+        # utf8_after walks completions token by token)
+        allowed = np.unpackbits(ok_words.view(np.uint8), axis=1, count=len(vocab),
+                                bitorder="little")  # fmt: skip
+        self._after = np.where(allowed == 1, utf8_next, -1).tolist()
 
     def _fills(self) -> dict[int, tuple[int, ...]]:
         """Per UTF-8 state, the fewest single-byte tokens that finish the character."""
@@ -203,10 +208,11 @@ class Completer:
 
     def utf8_after(self, utf8: int, tokens: Sequence[int]) -> int:
         """The UTF-8 state after ``tokens`` (−1 where one breaks UTF-8)."""
+        after = self._after
         for t in tokens:
-            if not self._utf8_ok(utf8, t):
+            utf8 = after[utf8][t]
+            if utf8 < 0:
                 return -1
-            utf8 = int(self._utf8_next[utf8, t])
         return utf8
 
     def fewest_tokens(self, text: bytes) -> tuple[int, ...] | None:

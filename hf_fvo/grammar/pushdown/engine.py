@@ -23,7 +23,7 @@ from hf_fvo.errors import (
     UnsupportedSchemaError,
 )
 from hf_fvo.grammar.pushdown.completion import BYTE_EOS, Completer
-from hf_fvo.grammar.pushdown.utf8 import json_text_tables, utf8_tables
+from hf_fvo.grammar.pushdown.utf8 import json_text_tables, string_content, utf8_tables
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 from hf_fvo.lru import LRU
 
@@ -45,7 +45,11 @@ __all__ = [
 # every tokenization of a member is a distinct sequence of the language: canonical forcing off
 _OPTIONS = '%llguidance {"no_forcing": true}\n'
 _OWN_LEXEMES = "// a JSON schema with hf_fvo's lexemes\n"
-_FREE_STRING = 'STRING: /"(?:[^"\\\\\\x00-\\x1f]|'  # how hf_fvo's free string lexeme begins
+_CHAR_START = '(?:[^"\\\\\\x00-\\x1f]|'  # how a character of hf_fvo's string lexemes begins
+# a string lexeme's line: its name (free, or counted m to M times), character and count
+_STRING_LEXEME = re.compile(
+    r'(?P<name>STRING(?:_\d+_\d*)?): /"(?P<char>.*)(?P<count>\*|\{\d+,\d*\})"/$'
+)
 # bytes of token text one LLTokenizer may hold: llguidance's token trie panics a little past
 # 4.5 million (measured with SmolLM2's vocabulary and suffixes of 78 and 85 bytes)
 _PROBE_TRIE = 4_000_000
@@ -98,20 +102,36 @@ class PushdownTokenizer:
         self.marker = next(
             ((b, ids[0]) for b in range(0x20) if (ids := spellings.get(bytes([b])))), None
         )
-        self._content_after: np.ndarray | None = None
+        self._content_table: tuple[np.ndarray, np.ndarray, dict[int, tuple[int, ...]]] | None = None
 
     @property
     def content_after(self) -> np.ndarray:
-        """Per token id, where its bytes can stand inside a free JSON string from a character
-        boundary (no ``"``, no ``\\``, no byte below 0x20, valid UTF-8, possibly ending inside
-        a character), the UTF-8 state after it (0: it ends on a boundary); −1 elsewhere."""
-        if self._content_after is None:
-            bad = np.zeros(256, dtype=bool)
-            bad[:0x20] = bad[ord('"')] = bad[ord("\\")] = True
-            content = [bool(b) and self.ok[0][i] and not bad[np.frombuffer(b, np.uint8)].any()
-                       for i, b in enumerate(self.vocab.token_bytes)]  # fmt: skip
-            self._content_after = np.where(content, self.utf8_next[0].astype(np.int64), -1)
-        return self._content_after
+        """Per token id, where its bytes can stand inside one of hf_fvo's JSON string lexemes
+        from a character boundary, the state after them (:func:`~.utf8.string_content`: 0 on
+        a boundary, 1–7 inside a UTF-8 character, 8–19 inside an escape); −1 elsewhere."""
+        return self._content()[0]
+
+    @property
+    def content_chars(self) -> np.ndarray:
+        """Per token id, the characters its bytes begin there (0 where it cannot stand)."""
+        return self._content()[1]
+
+    @property
+    def content_fill(self) -> dict[int, tuple[int, ...]]:
+        """Per state of :attr:`content_after`, the fewest tokens that take it back to a
+        character boundary (0: none); a state no tokens finish is left out."""
+        return self._content()[2]
+
+    def _content(self) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, ...]]]:
+        if self._content_table is None:
+            after, chars, escapes = string_content(self.vocab)
+            fill = dict(self.completer.fill)  # UTF-8: continuation bytes
+            for state, text in escapes.items():
+                spelled = self.completer.fewest_tokens(text)
+                if spelled is not None:
+                    fill[state] = spelled
+            self._content_table = (after, chars, fill)
+        return self._content_table
 
     def json_text(self) -> tuple[np.ndarray, np.ndarray, Completer]:
         """The byte filter of JSON text (:func:`~.utf8.json_text_tables`) as ``(next,
@@ -279,29 +299,32 @@ def probe_definition(definition: str) -> str | None:
 
 
 def marked_definition(definition: str, byte: int) -> str | None:
-    """An own-lexeme JSON grammar (:func:`json_lark_definition`) whose free string ``STRING``
-    also admits the raw control byte ``byte`` as a character, for the free-string certificate
-    of :meth:`~hf_fvo.grammar.pushdown.PushdownGrammar.admissible`; ``None`` for grammars
-    without that lexeme. On text without that byte both grammars say the same.
+    """An own-lexeme JSON grammar (:func:`json_lark_definition`) whose string lexemes — the free
+    ``STRING`` and the bounded ``STRING_m_M`` — also admit the raw control byte ``byte`` as a
+    character (counted like one), for the string certificate of
+    :meth:`~hf_fvo.grammar.pushdown.PushdownGrammar.admissible`; ``None`` for grammars without
+    such a lexeme. On text without that byte both grammars say the same.
 
     Example:
         >>> from hf_fvo.grammar.pushdown.engine import json_lark_definition, marked_definition
         >>> from hf_fvo.grammar.schema.lark import schema_lark
         >>> plain = json_lark_definition(schema_lark({"type": "string"}, ""))
-        >>> marked_definition(plain, 0).splitlines()[-1].endswith('|\\\\x00)*"/')
+        >>> marked_definition(plain, 0).splitlines()[-1].endswith('|\\x00)*"/')
         True
     """
     if _OWN_LEXEMES not in definition:
         return None
     lines = definition.split("\n")
+    marked = False
     for i, line in enumerate(lines):
-        # the free string: any number of characters, the first alternative every character
-        # but the quote, the backslash and the controls (schema.lark's CHAR_REGEX)
-        if line.startswith(_FREE_STRING) and line.endswith(')*"/'):
-            body = line[len('STRING: /"') : -len('*"/')]
-            lines[i] = f'STRING: /"(?:{body}|\\x{byte:02x})*"/'
-            return "\n".join(lines)
-    return None
+        # a string lexeme: characters (the first alternative every character but the quote,
+        # the backslash and the controls: schema.lark's CHAR_REGEX), any number or bounded
+        found = _STRING_LEXEME.match(line)
+        if found is not None and found["char"].startswith(_CHAR_START):
+            name, char, count = found["name"], found["char"], found["count"]
+            lines[i] = f'{name}: /"(?:{char}|\\x{byte:02x}){count}"/'
+            marked = True
+    return "\n".join(lines) if marked else None
 
 
 def regex_definition(pattern: str) -> str:

@@ -20,6 +20,7 @@ the parser (~15 µs) and never changes the state it is given.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from hf_fvo.grammar.pushdown.engine import (
     probe_definition,
     translate_error,
 )
+from hf_fvo.grammar.pushdown.utf8 import STRING_STATES
 
 __all__ = ["PushdownGrammar", "PushdownState"]
 
@@ -60,7 +62,8 @@ class PushdownState:
     """
 
     __slots__ = (
-        "_accepting", "_bits", "_bytewise", "_lazy", "_marked", "_mask", "_matcher", "_owner",
+        "_accepting", "_bits", "_bytewise", "_hints", "_lazy", "_marked", "_mask", "_matcher",
+        "_owner",
         "_path", "_rooms", "_suffixes", "_utf8", "_witness", "_words",
     )  # fmt: skip
 
@@ -72,15 +75,17 @@ class PushdownState:
         witness: Any = _UNKNOWN,
         path: tuple[int, ...] = (),
         shadows: tuple[Any, Any] = (None, None),
+        hints: dict[int, list[Any]] | None = None,
     ) -> None:
         self._owner = owner
         self._path = path  # the tokens from the initial state (for the probe parser)
         self._witness = witness  # a verified completion (token ids), None if none was found
         # per room a budget check was made for: [keep, heirs, heirs shared by many tokens]
         # (keep: 0/1 per id; heirs: children's witnesses by token; shared: (0/1 per id,
-        # witness by UTF-8 state after)); the initial state is shared by every request
-        self._rooms: dict[int, list[Any]] | None = None
+        # witness by a key, each id's key)); the initial state is shared by every request
+        self._rooms: dict[int, list[Any]] = {}
         self._suffixes: tuple[bytes, list[Any]] | None = None  # (witness text, its spellings)
+        self._hints = hints  # the parent's checks by room (their heirs: tried before a search)
         # the byte-vocabulary parser and the marked grammar's here (see _Shadow)
         self._bytewise, self._marked = shadows
         self._matcher = matcher  # never consumed after construction
@@ -158,6 +163,8 @@ class PushdownGrammar(Grammar):
             lambda tokens: [b for t in tokens for b in spelled[t]],
         )
         self._marked = None if marked is None else _Shadow("_marked", tokenizer.llg, marked, list)
+        # whether a marked lexeme counts its characters (then c markers stand for c of them)
+        self._counted = marked is not None and re.search(r"^STRING_\d", marked, re.M) is not None
         # the byte filter (packed like the parser's masks): UTF-8, and canonical escapes in
         # llguidance's JSON mode
         if not canonical_json(self._definition):
@@ -245,7 +252,7 @@ class PushdownGrammar(Grammar):
         shadows = (_Shadow.child(state._bytewise, token), _Shadow.child(state._marked, token))
         return PushdownState(self, matcher, int(self._utf8_next[state._utf8, token]),
                              self._inherited(state, token), (*state._path, token),
-                             shadows)  # fmt: skip
+                             shadows, state._rooms)  # fmt: skip
 
     def is_accepting(self, state: PushdownState) -> bool:
         self._check_state(state)
@@ -446,8 +453,6 @@ class PushdownGrammar(Grammar):
         does not depend on which check found it), for the smallest room that found one: a row
         only admits a token whose witness fits its own room, and requests with other budgets
         share the initial state. The initial state keeps its last ``_ROOMS`` rooms."""
-        if state._rooms is None:
-            state._rooms = {}
         entry = state._rooms.get(room)
         if entry is None:
             if len(state._rooms) >= _ROOMS:
@@ -470,15 +475,24 @@ class PushdownGrammar(Grammar):
         y is kept when it begins the state's witness (its bytes, the rest re-spelled in the
         fewest tokens), or when the witness still completes after it (finishing a character
         y leaves open first): for JSON grammars one probe mask answers that for every token,
-        otherwise the parser walks each. Other tokens' next states are searched, at most
-        ``searches`` per call (``None``: all); the rest are excluded: the rule may drop a
-        member, never admit one that cannot finish in time."""
+        otherwise the parser walks each. Inside a string lexeme (:meth:`_inside_string`) a
+        content token's completions are its character's or escape's end, then the string's
+        own: a test per number of characters certifies those whose end, then the witness,
+        fits, and the other content tokens are excluded without a search (from inside the
+        same string it finds the witness's kind of completion, which does not fit). Other
+        tokens' next states are searched, at most ``searches`` per call (``None``: all); the
+        rest are excluded: the rule may drop a member, never admit one that cannot finish in
+        time."""
         done = self._completer
         keep = np.zeros(self._n, dtype=np.uint8)
         entry = self._room(state, room)
         heirs = entry[1]
-        witness = self.completion(state)
-        if witness is not None and len(witness) > room + 1 and not isinstance(witness, _Found):
+        witness = state._witness
+        if isinstance(witness, _Loose) and len(witness) + _LAZY_SLACK <= room:
+            pass  # a loose witness that leaves slack serves: no search for a shorter one
+        elif witness is _UNKNOWN or isinstance(witness, _Loose):
+            witness = self.completion(state)
+        elif witness is not None and len(witness) > room + 1 and not isinstance(witness, _Found):
             # inherited from a check for a larger room (evicted from the shared initial
             # state's): search once for a shorter one
             state._witness = _Loose(witness)
@@ -490,16 +504,27 @@ class PushdownGrammar(Grammar):
         tails = self._tails(witness, room)
         rest = np.flatnonzero(bits)
         rest = rest[keep[rest] == 0]
-        if 0 in tails and len(rest) >= _CERTIFY_FROM and self._free_string(state, tails[0]):
-            # content tokens whose character-finishing bytes, then the witness, fit (-1: none)
-            has_tail = np.zeros(len(self._utf8_next) + 1, dtype=bool)
-            has_tail[list(tails)] = True
-            inside = has_tail[self._tokenizer.content_after[rest]]
+        inside = None
+        if witness and utf8 == 0 and len(rest) >= _CERTIFY_FROM and self._marked is not None:
+            # content tokens whose character- or escape-finishing tokens, then the witness,
+            # fit (-1: none), and whose number of characters the string still takes
+            table, fills = self._tokenizer.content_after, self._tokenizer.content_fill
+            ends = {s: (*fill, *witness) for s, fill in fills.items()
+                    if len(fill) + len(witness) <= room}  # fmt: skip
+            has_tail = np.zeros(STRING_STATES + 1, dtype=bool)  # + the -1 slot
+            has_tail[list(ends)] = True
+            after = table[rest]
+            fits = has_tail[after]
+            counts = self._tokenizer.content_chars[rest]
+            needed = np.flatnonzero(np.bincount(counts[fits])) if self._counted else ()
+            inside = self._inside_string(state, witness, list(needed))
+        if inside is not None:
             content = np.zeros(self._n, dtype=np.uint8)
-            content[rest[inside]] = 1
+            # (a token with more characters than inside's counts does not fit anyway)
+            content[rest[fits & inside[np.minimum(counts, len(inside) - 1)]]] = 1
             keep |= content
-            entry[2] = (content, tails)
-            rest = rest[~inside]
+            entry[2] = (content, ends, table)
+            rest = rest[after < 0]  # the other content tokens are not searched (docstring)
         pool = rest  # what no test has certified yet: the searches' candidates
         afters = self._utf8_next[utf8, rest]
         suffix = b"".join(self._vocab.token_bytes[t] for t in tails.get(0, ()))
@@ -509,13 +534,21 @@ class PushdownGrammar(Grammar):
             whole = afters == 0
             hit = rest[whole & (neutral[rest] == 1)]
             keep[hit] = 1
-            entry[2] = (neutral, {0: tails[0]})
+            entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
             rest, afters = rest[~whole], afters[~whole]  # the probe said no to the others
         for y, after in zip(rest.tolist(), afters.tolist(), strict=True):
             tail = tails.get(after)
             if tail is not None and done.parses(matcher, (y, *tail)):
                 keep[y] = 1  # the witness still completes after y
                 heirs.setdefault(y, tail)
+        parent = None if state._hints is None else state._hints.get(room + 1)
+        for y, found in () if parent is None else parent[1].items():
+            # what the parent's check one token earlier found for the same token (e.g. where
+            # y closes a string: the content since changes nothing after it): one parse
+            if (not keep[y] and bits[y] and len(found) <= room
+                    and done.accepts(matcher, utf8, (y, *found))):  # fmt: skip
+                keep[y] = 1
+                heirs.setdefault(y, tuple(found))  # inherited, like a tail
         text = self._text(witness)
         uncertified = pool[keep[pool] == 0]
         for y in (uncertified if searches is None else uncertified[:searches]).tolist():
@@ -578,38 +611,57 @@ class PushdownGrammar(Grammar):
             neutral[ids] = bits[self._n :]
         return neutral
 
-    def _free_string(self, state: PushdownState, witness: tuple[int, ...]) -> bool:
-        """Whether ``state`` is inside a free string (the ``STRING`` lexeme of an own-lexeme JSON
-        grammar) in every reading that the marked grammar (:func:`marked_definition`) keeps
-        after its marker byte, and the witness completes from there: the marked parser accepts
-        marker, witness, EOS.
+    def _inside_string(
+        self, state: PushdownState, witness: tuple[int, ...], counts: list[int]
+    ) -> np.ndarray | None:
+        """Whether ``state`` is at a character boundary inside one of hf_fvo's string lexemes
+        (``STRING``, ``STRING_m_M`` of an own-lexeme JSON grammar) in every reading that the
+        marked grammar (:func:`marked_definition`) keeps after its marker byte, and the witness
+        completes from there (the marked parser accepts marker, witness, EOS); if so, per
+        number of characters c up to the largest of ``counts``, whether c markers then the
+        witness complete (``None``: not inside one; without a counted lexeme ``counts`` is not
+        needed: every number fits).
 
-        Then every token y whose bytes are string content (:attr:`PushdownTokenizer.content_after`)
-        and that the mask admits has a completion: y, the bytes finishing its character if it
-        ends inside one (``fill``), then the witness. After the marker only ``STRING`` readings
-        live, each inside its content; after y·fill the same readings live in the same lexer
-        state (the lexeme's content loops on every character; no lexeme ends inside content),
-        beside perhaps others, and more readings only add completions. The marked grammar says
-        what the grammar says on text without the marker, so y·fill·witness is a member.
-        tests/grammar/test_budget.py checks this against the probe on the development set."""
+        Then every token y whose bytes are string content (:attr:`PushdownTokenizer.
+        content_after`) that begin c such characters, and that the mask admits, has a
+        completion: y, the tokens finishing its character or escape if it ends inside one
+        (``fill``), then the witness. After the c markers only string readings live, each
+        inside its content with c more characters; after y·fill the same readings live in the
+        same lexer state (a lexeme's content loops on every character alike and counts them
+        alike; no lexeme ends inside content), beside perhaps others, and more readings only
+        add completions. The marked grammar says what the grammar says on text without the
+        marker, so y·fill·witness is a member. Where only the uncounted ``STRING`` is marked,
+        one marker stands for any number. tests/grammar/test_budget.py checks this against the
+        probe on the development set."""
         if self._marked is None or state._utf8 != 0:
-            return False
+            return None
         matcher = self._marked.parser(state, required=False)
         if matcher is None:
-            return False
-        seq = [self._tokenizer.marker[1], *witness, self._eos[0]]
-        return matcher.validate_tokens(seq) == len(seq)
+            return None
+        marker, tail = self._tokenizer.marker[1], [*witness, self._eos[0]]
+
+        def completes(c: int) -> bool:
+            seq = [marker] * c + tail
+            return matcher.validate_tokens(seq) == len(seq)
+
+        if not completes(1):
+            return None
+        fits = np.zeros(max(counts, default=1) + 1, dtype=bool)
+        fits[1:] = True
+        if self._counted:
+            for c in counts:
+                fits[c] = completes(int(c))
+        return fits
 
     def _inherited(self, state: PushdownState, token: int) -> Any:
         """The witness a child starts with: what an admissible() call found for it, else the
         rest of its parent's witness when ``token`` begins it."""
-        for room in sorted(state._rooms or ()):
-            _, heirs, shared = state._rooms[room]  # type: ignore[index]
+        for room in sorted(state._rooms):
+            _, heirs, shared = state._rooms[room]
             if token in heirs:
                 return heirs[token]
             if shared is not None and shared[0][token]:
-                after = int(self._utf8_next[state._utf8, token])
-                found = shared[1].get(after)
+                found = shared[1].get(int(shared[2][token]))
                 if found is not None:
                     return found
         witness = state._witness

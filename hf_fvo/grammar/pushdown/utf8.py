@@ -18,7 +18,9 @@ import numpy as np
 
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
-__all__ = ["json_text_tables", "utf8_tables"]
+__all__ = ["STRING_STATES", "json_text_tables", "string_content", "utf8_tables"]
+
+STRING_STATES = 20  # of the string-content automaton (_string_byte_table)
 
 
 # UTF-8 validity: state 0 is a character boundary; the others await continuation bytes.
@@ -66,6 +68,64 @@ def _json_byte_table() -> np.ndarray:
     return table
 
 
+def _string_byte_table() -> tuple[np.ndarray, dict[int, bytes]]:
+    """The characters of hf_fvo's free JSON string (``schema.lark.CHAR_REGEX``): UTF-8 (states
+    0–7) without ``"``, the backslash and the controls, and its escapes: 8 after a backslash,
+    9 after ``\\u``, 10 after ``\\u[dD]``, 11–13 with 3–1 hex digits to go, 14–16 a high
+    surrogate with 2–0 to go, then its low one's 17 ``\\``, 18 ``u``, 19 ``[dD]``; and per
+    escape state the fewest bytes back to a character boundary."""
+    table = np.full((STRING_STATES, 256), -1, dtype=np.int8)
+    table[:8] = _utf8_byte_table()
+    table[0, :0x20] = table[0, ord('"')] = -1
+    table[0, ord("\\")] = 8
+    for c in b'"\\/bfnrt':
+        table[8, c] = 0
+    table[8, ord("u")] = 9
+    for c in _HEX:
+        table[9, c] = 11
+        table[11, c], table[12, c], table[13, c] = 12, 13, 0
+        table[14, c], table[15, c] = 15, 16
+    table[9, ord("d")] = table[9, ord("D")] = 10
+    for c in b"01234567":
+        table[10, c] = 12
+    for c in b"89abAB":
+        table[10, c] = 14
+    table[16, ord("\\")], table[17, ord("u")] = 17, 18
+    table[18, ord("d")] = table[18, ord("D")] = 19
+    for c in b"cdefCDEF":
+        table[19, c] = 12
+    low = b"\\udc00"
+    fills = {8: b"n", 9: b"0000", 10: b"000", 11: b"000", 12: b"00", 13: b"0", 14: b"00" + low,
+             15: b"0" + low, 16: low, 17: low[1:], 18: low[2:], 19: low[3:]}  # fmt: skip
+    return table, fills
+
+
+def string_content(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray, dict[int, bytes]]:
+    """Per token, read from a character boundary inside one of hf_fvo's JSON string lexemes:
+    the state of :func:`_string_byte_table` after its bytes (−1 where they cannot stand there:
+    a ``"``, a control, a bad escape, broken UTF-8; 0: it ends on a boundary) and how many
+    characters it begins; and per escape state the fewest bytes that finish the escape.
+
+    Example:
+        >>> from hf_fvo.grammar import TokenVocabulary
+        >>> from hf_fvo.grammar.pushdown.utf8 import string_content
+        >>> vocab = TokenVocabulary([b"a\\\\n", b"b\\\\", b'"', None], [3])
+        >>> after, chars, fills = string_content(vocab)
+        >>> after.tolist(), chars.tolist(), fills[8]  # "a\\n": two characters; "b\\": open
+        ([0, 8, -1, -1], [2, 2, 0, 0], b'n')
+    """
+    table, fills = _string_byte_table()
+    lengths, padded = _padded(vocab)
+    state = np.zeros(len(vocab), dtype=np.int8)
+    chars = np.zeros(len(vocab), dtype=np.int64)
+    for pos in range(padded.shape[1]):
+        live = (pos < lengths) & (state >= 0)
+        chars[live & (state == 0)] += 1  # a byte read at a boundary begins a character
+        state[live] = table[state[live], padded[live, pos]]
+    after = np.where((state >= 0) & (lengths > 0), state.astype(np.int64), -1)
+    return after, np.where(after >= 0, chars, 0), fills
+
+
 def json_text_tables(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray]:
     """:func:`utf8_tables` for JSON text: UTF-8 validity and canonical string escapes.
 
@@ -94,18 +154,22 @@ def utf8_tables(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray]:
     return _tables(vocab, _utf8_byte_table())
 
 
-def _tables(vocab: TokenVocabulary, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    n = len(vocab)
+def _padded(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray]:
+    """Each token's length and its bytes, zero-padded to the longest."""
     lengths = np.array([len(b) if b else 0 for b in vocab.token_bytes], dtype=np.int64)
-    width = int(lengths.max())
-    padded = np.zeros((n, width), dtype=np.uint8)
+    padded = np.zeros((len(vocab), int(lengths.max())), dtype=np.uint8)
     for i, b in enumerate(vocab.token_bytes):
         if b:
             padded[i, : len(b)] = np.frombuffer(b, dtype=np.uint8)
-    nxt = np.zeros((len(table), n), dtype=np.int8)
+    return lengths, padded
+
+
+def _tables(vocab: TokenVocabulary, table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lengths, padded = _padded(vocab)
+    nxt = np.zeros((len(table), len(vocab)), dtype=np.int8)
     for start in range(len(table)):
-        state = np.full(n, start, dtype=np.int8)
-        for pos in range(width):
+        state = np.full(len(vocab), start, dtype=np.int8)
+        for pos in range(padded.shape[1]):
             live = (pos < lengths) & (state >= 0)
             state[live] = table[state[live], padded[live, pos]]
         nxt[start] = state
