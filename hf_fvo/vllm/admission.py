@@ -20,6 +20,7 @@ from typing import Any
 
 from hf_fvo.errors import BudgetTooSmallError, CompileTimeoutError, GrammarError
 from hf_fvo.grammar import Grammar, GrammarCompiler
+from hf_fvo.lru import LRU
 from hf_fvo.vllm.spec import RequestSpec
 
 __all__ = ["Admission", "ModelInfo", "admit", "compiler_for"]
@@ -173,7 +174,9 @@ def _ready() -> bool:
 
 
 class Admission:
-    """A few worker processes that admit requests (:func:`admit`) under a time limit.
+    """A few worker processes that admit requests (:func:`admit`) under a time limit. A
+    verdict is kept for the same grammar and budget (the last 1024): a server sees the same
+    schema again and again; a time-out is not kept.
 
     Args:
         model: The served model's tokenizer and logits width.
@@ -193,17 +196,25 @@ class Admission:
         self.model, self.seconds = model, float(seconds)
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._workers = [_Worker(model) for _ in range(workers)]
+        self._verdicts: LRU[tuple[str, int | None], tuple[GrammarError | None]] = LRU(1024)
         for w in self._workers:
             self._idle.put(w)
 
     def check(self, spec: RequestSpec, max_tokens: int | None) -> None:
         """Admit ``spec`` or raise its refusal (see :func:`admit`; a compilation over the time
         limit, or one that kills its worker, is :class:`~hf_fvo.errors.CompileTimeoutError`)."""
-        worker = self._idle.get()
-        try:
-            error = worker.run(spec.to_json(), max_tokens, self.seconds)
-        finally:
-            self._idle.put(worker)
+        key = (spec.to_json(), max_tokens)
+        kept = self._verdicts.get(key)
+        if kept is None:
+            worker = self._idle.get()
+            try:
+                error = worker.run(key[0], max_tokens, self.seconds)
+            finally:
+                self._idle.put(worker)
+            if not isinstance(error, CompileTimeoutError):  # the others are the grammar's
+                self._verdicts.put(key, (error,))
+        else:
+            error = kept[0] if kept[0] is None else type(kept[0])(str(kept[0]))
         if error is not None:
             raise error
 

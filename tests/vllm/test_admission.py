@@ -80,3 +80,31 @@ def test_a_compilation_over_the_time_limit_is_stopped_and_the_gate_goes_on(smol_
             gate.check(_spec(json_schema={"type": "integer", "minimum": 5, "maximum": 3}), 8)
     finally:
         gate.close()
+
+
+def test_the_gate_keeps_its_verdict_for_the_same_grammar_and_budget(smol_tokenizer):
+    """A server sees the same schema again and again: the second request with the same
+    grammar and budget is answered without a worker — admitted or refused alike (a fresh
+    error of the same type) — while another budget, or a time-out, asks a worker again."""
+    gate = Admission(ModelInfo(str(default_model_dir()), len(smol_tokenizer)), workers=1,
+                     seconds=1.0)  # fmt: skip
+    try:
+        empty = _spec(json_schema={"type": "integer", "minimum": 5, "maximum": 3})
+        gate.check(_spec(regex="[0-9]{3}"), 8)
+        with pytest.raises(EmptyLanguageError):
+            gate.check(empty, 8)
+        slow = _spec(lark="start: /((.{10}|.{11}|.{12}|.{13}|.{14}|.{15}|.{17}|.{19}){100}){1000}/")
+        with pytest.raises(CompileTimeoutError):
+            gate.check(slow, 64)
+        asked = []
+        gate._workers[0].run = lambda *args: asked.append(args)  # a worker would say "admitted"
+        gate.check(_spec(regex="[0-9]{3}"), 8)
+        with pytest.raises(EmptyLanguageError):
+            gate.check(empty, 8)
+        assert asked == []
+        gate.check(_spec(regex="[0-9]{3}"), 9)  # another budget
+        gate.check(slow, 64)  # a time-out is not kept
+        assert [a[1] for a in asked] == [9, 64]
+    finally:
+        gate._workers[0].run = type(gate._workers[0]).run.__get__(gate._workers[0])
+        gate.close()

@@ -289,6 +289,13 @@ class PushdownGrammar(Grammar):
         return state._witness
 
     def admissible(self, state: PushdownState, remaining: int | None) -> torch.Tensor:
+        keep = self._kept(state, remaining)
+        if keep is not None:
+            mask = torch.zeros(self._vocab_size, dtype=torch.bool)
+            mask[: self._n] = torch.from_numpy(keep.view(np.bool_))
+            if self.is_accepting(state):
+                mask[list(self._eos)] = True
+            return mask
         mask = self.allowed(state)
         if remaining is None:
             return mask
@@ -296,17 +303,23 @@ class PushdownGrammar(Grammar):
             return self._only_eos(mask, remaining >= 1 and self.is_accepting(state))
         if state is self._initial and self._start_tokens + 1 > remaining:
             return self._only_eos(mask, False)  # no member is that short
+        return mask  # every prefix completes within `closing` single-byte tokens
+
+    def _kept(self, state: PushdownState, remaining: int | None) -> np.ndarray | None:
+        """The budget check's admissible non-EOS tokens (0/1 per id < n) where one applies
+        (computed once per state and room), else ``None``."""
+        if remaining is None or remaining <= 1 or state is self._terminal:
+            return None
+        self._check_state(state)
+        if state is self._initial and self._start_tokens + 1 > remaining:
+            return None  # no member is that short
         room = remaining - 2  # after y: its completion, then EOS
         if self._closing is not None and room >= self._closing:
-            return mask  # every prefix completes within `closing` single-byte tokens
+            return None  # every prefix completes within `closing` single-byte tokens
         entry = self._room(state, room)
         if entry[0] is None:  # a caller may ask twice (a twist), requests share the start
             entry[0] = self._within(state, room)
-        keep = entry[0]
-        mask[: self._n] = torch.from_numpy(keep.view(np.bool_))
-        if self.is_accepting(state):
-            mask[list(self._eos)] = True
-        return mask
+        return entry[0]
 
     def lazy_admissible(self, state: PushdownState, remaining: int | None) -> LazyAdmissible | None:
         """Where the room exceeds the state's witness by ``_LAZY_SLACK`` tokens or more: the
@@ -422,13 +435,18 @@ class PushdownGrammar(Grammar):
     def _searched(self, state: PushdownState, y: int, room: int) -> tuple[int, ...] | None:
         """A completion of y's next state that fits in ``room``, found by a bounded search:
         depth first (linear in its length), then — where that found none that fits — breadth
-        first (the byte-shortest within a few dozen parser states). A depth-first one may be
-        longer than the shortest: the child keeps it as :class:`_Loose`."""
+        first (the byte-shortest within a few dozen parser states); breadth first only where
+        the room is below the state's witness. A depth-first one may be longer than the
+        shortest: the child keeps it as :class:`_Loose`."""
         done, searcher = self._completer, self._bytewise.parser(state)
-        found = done.complete(state._matcher, searcher, state._utf8, _CHILD_NODES, first=y,
-                              passes="depth")  # fmt: skip
-        if found is not None and len(found) <= room:
-            return _Loose(found)
+        witness = state._witness
+        if not isinstance(witness, tuple) or len(witness) <= room:
+            # (where not even the state's witness fits after y, y must shorten it: the
+            # depth-first pass rarely finds that, the breadth-first one does)
+            found = done.complete(state._matcher, searcher, state._utf8, _CHILD_NODES, first=y,
+                                  passes="depth")  # fmt: skip
+            if found is not None and len(found) <= room:
+                return _Loose(found)
         found = done.complete(state._matcher, searcher, state._utf8, first=y, passes="breadth")
         return found if found is not None and len(found) <= room else None
 
@@ -672,6 +690,14 @@ class PushdownGrammar(Grammar):
     def admissible_bias(
         self, state: PushdownState, remaining: int | None, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
+        uint, neg_inf = bias_bits(dtype)
+        keep = self._kept(state, remaining)
+        if keep is not None:  # the budget check's set, straight into the bias
+            bias = np.full(self._vocab_size, neg_inf, dtype=uint)
+            np.multiply(np.subtract(1, keep, dtype=uint), neg_inf, out=bias[: self._n])
+            if self.is_accepting(state):
+                bias[list(self._eos)] = 0
+            return torch.from_numpy(bias).view(dtype)
         # straight from the parser's packed mask: one table lookup per byte of it
         if state is self._terminal or (
             remaining is not None
@@ -679,7 +705,6 @@ class PushdownGrammar(Grammar):
         ):
             return super().admissible_bias(state, remaining, dtype)
         self._check_state(state)
-        uint, neg_inf = bias_bits(dtype)
         words = self._words(state)
         bias = np.take(_bias_table(uint, neg_inf), words.view(np.uint8), axis=0).reshape(-1)
         if len(bias) < self._vocab_size:  # ids past the parser's vocabulary: never admissible
