@@ -309,7 +309,7 @@ def marked_definition(definition: str, byte: int) -> str | None:
         >>> from hf_fvo.grammar.pushdown.engine import json_lark_definition, marked_definition
         >>> from hf_fvo.grammar.schema.lark import schema_lark
         >>> plain = json_lark_definition(schema_lark({"type": "string"}, ""))
-        >>> marked_definition(plain, 0).splitlines()[-1].endswith('|\\x00)*"/')
+        >>> marked_definition(plain, 0).splitlines()[-1].endswith('|\\\\x00)*"/')
         True
     """
     if _OWN_LEXEMES not in definition:
