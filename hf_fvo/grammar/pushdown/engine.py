@@ -130,7 +130,8 @@ class PushdownTokenizer:
                 spelled = self.completer.fewest_tokens(text)
                 if spelled is not None:
                     fill[state] = spelled
-            self._content_table = (after, chars, fill)
+            # small integer types: the budget rule reads them over the whole vocabulary
+            self._content_table = (after.astype(np.int8), chars.astype(np.uint8), fill)
         return self._content_table
 
     def json_text(self) -> tuple[np.ndarray, np.ndarray, Completer]:

@@ -520,29 +520,30 @@ class PushdownGrammar(Grammar):
         if witness:
             self._witness_prefixes(state, witness, room, keep, heirs)
         tails = self._tails(witness, room)
-        rest = np.flatnonzero(bits)
-        rest = rest[keep[rest] == 0]
+        cand = bits & (keep ^ 1)  # admissible and not kept yet (0/1 per id)
         inside = None
-        if witness and utf8 == 0 and len(rest) >= _CERTIFY_FROM and self._marked is not None:
+        if (witness and utf8 == 0 and self._marked is not None
+                and np.count_nonzero(cand) >= _CERTIFY_FROM):  # fmt: skip
             # content tokens whose character- or escape-finishing tokens, then the witness,
             # fit (-1: none), and whose number of characters the string still takes
-            table, fills = self._tokenizer.content_after, self._tokenizer.content_fill
+            tok = self._tokenizer
+            table, fills = tok.content_after, tok.content_fill
             ends = {s: (*fill, *witness) for s, fill in fills.items()
                     if len(fill) + len(witness) <= room}  # fmt: skip
-            has_tail = np.zeros(STRING_STATES + 1, dtype=bool)  # + the -1 slot
-            has_tail[list(ends)] = True
-            after = table[rest]
-            fits = has_tail[after]
-            counts = self._tokenizer.content_chars[rest]
-            needed = np.flatnonzero(np.bincount(counts[fits])) if self._counted else ()
+            has_tail = np.zeros(STRING_STATES + 1, dtype=np.uint8)  # + the -1 slot
+            has_tail[list(ends)] = 1
+            fits = has_tail[table] & cand
+            chars = tok.content_chars
+            needed = np.flatnonzero(np.bincount(chars[fits == 1])) if self._counted else ()
             inside = self._inside_string(state, witness, list(needed))
         if inside is not None:
-            content = np.zeros(self._n, dtype=np.uint8)
-            # (a token with more characters than inside's counts does not fit anyway)
-            content[rest[fits & inside[np.minimum(counts, len(inside) - 1)]]] = 1
+            content = fits
+            if self._counted:  # (a token with more characters than inside's does not fit)
+                content = fits & inside[np.minimum(chars, len(inside) - 1)]
             keep |= content
             entry[2] = (content, ends, table)
-            rest = rest[after < 0]  # the other content tokens are not searched (docstring)
+            cand &= table < 0  # the other content tokens are not searched (docstring)
+        rest = np.flatnonzero(cand)
         pool = rest  # what no test has certified yet: the searches' candidates
         afters = self._utf8_next[utf8, rest]
         suffix = b"".join(self._vocab.token_bytes[t] for t in tails.get(0, ()))
