@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,11 +38,11 @@ from hf_fvo.grammar.pushdown.engine import (
     probe_definition,
     translate_error,
 )
+from hf_fvo.grammar.pushdown.state import UNKNOWN, Follower, Found, Loose, PushdownState
 from hf_fvo.grammar.pushdown.utf8 import STRING_STATES
 
 __all__ = ["PushdownGrammar", "PushdownState"]
 
-_UNKNOWN: Any = object()  # a state's witness before it is searched for
 _SEARCHES = 4  # child states searched per admissible() call at most (beyond: excluded)
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
 _LAZY_SLACK = 4  # tokens of room beyond a state's witness from which its budget check is lazy
@@ -52,52 +52,6 @@ _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
 # llguidance can hold: about 70 bytes a part with SmolLM2's; beyond, the parser walks per token)
-
-
-class PushdownState:
-    """A position in a :class:`PushdownGrammar`: an immutable parser snapshot.
-
-    Compare states by identity only; equal texts reached by different token sequences are
-    different states.
-    """
-
-    __slots__ = (
-        "_accepting", "_bits", "_bytewise", "_hints", "_lazy", "_marked", "_mask", "_matcher",
-        "_owner",
-        "_path", "_rooms", "_suffixes", "_utf8", "_witness", "_words",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        owner: PushdownGrammar,
-        matcher: Any,
-        utf8: int,
-        witness: Any = _UNKNOWN,
-        path: tuple[int, ...] = (),
-        shadows: tuple[Any, Any] = (None, None),
-        hints: dict[int, list[Any]] | None = None,
-    ) -> None:
-        self._owner = owner
-        self._path = path  # the tokens from the initial state (for the probe parser)
-        self._witness = witness  # a verified completion (token ids), None if none was found
-        # per room a budget check was made for: [keep, heirs, heirs shared by many tokens]
-        # (keep: 0/1 per id; heirs: children's witnesses by token; shared: (0/1 per id,
-        # witness by a key, each id's key)); the initial state is shared by every request
-        self._rooms: dict[int, list[Any]] = {}
-        self._suffixes: tuple[bytes, list[Any]] | None = None  # (witness text, its spellings)
-        self._hints = hints  # the parent's checks by room (their heirs: tried before a search)
-        # the byte-vocabulary parser and the marked grammar's here (see _Shadow)
-        self._bytewise, self._marked = shadows
-        self._matcher = matcher  # never consumed after construction
-        self._utf8 = utf8
-        self._words: np.ndarray | None = None  # admissible non-EOS ids, packed (uint32 words)
-        self._bits: np.ndarray | None = None  # the same, one 0/1 byte per id, on first use
-        self._mask: torch.Tensor | None = None  # the same, unpacked (non-EOS ids < n)
-        self._accepting: bool | None = None
-        self._lazy: tuple | None = None  # (room, verdicts, [set], tails, witness text)
-
-    def __repr__(self) -> str:
-        return f"PushdownState(at 0x{id(self):x})"
 
 
 class PushdownGrammar(Grammar):
@@ -156,13 +110,13 @@ class PushdownGrammar(Grammar):
         marker = tokenizer.marker
         marked = None if marker is None else marked_definition(self._definition, marker[0])
         spelled = self._vocab.token_bytes
-        self._bytewise = _Shadow(
+        self._bytewise = Follower(
             "_bytewise",
             tokenizer.byte_llg,
             self._definition,
             lambda tokens: [b for t in tokens for b in spelled[t]],
         )
-        self._marked = None if marked is None else _Shadow("_marked", tokenizer.llg, marked, list)
+        self._marked = None if marked is None else Follower("_marked", tokenizer.llg, marked, list)
         # whether a marked lexeme counts its characters (then c markers stand for c of them)
         self._counted = marked is not None and re.search(r"^STRING_\d", marked, re.M) is not None
         # the byte filter (packed like the parser's masks): UTF-8, and canonical escapes in
@@ -175,7 +129,7 @@ class PushdownGrammar(Grammar):
         root = llguidance.LLMatcher(tokenizer.llg, self._definition, log_level=0, limits=limits())
         if root.is_error():
             raise translate_error(root.get_error(), self._source)
-        self._initial = PushdownState(self, root, 0, shadows=(_Shadow.START, _Shadow.START))
+        self._initial = PushdownState(self, root, 0, shadows=(Follower.START, Follower.START))
         # tokens every member needs, at least: its bytes over the longest token's
         self._start_tokens = -(-self._shortest // max(self._completer.longest, 1))
         if self._shortest > _MAX_DEPTH:  # the completion search cannot reach that deep
@@ -249,7 +203,7 @@ class PushdownGrammar(Grammar):
         matcher = state._matcher.deep_copy()
         if not matcher.consume_token(token):
             raise GrammarError(f"internal: llguidance refused token {token} its mask allowed")
-        shadows = (_Shadow.child(state._bytewise, token), _Shadow.child(state._marked, token))
+        shadows = (Follower.child(state._bytewise, token), Follower.child(state._marked, token))
         return PushdownState(self, matcher, int(self._utf8_next[state._utf8, token]),
                              self._inherited(state, token), (*state._path, token),
                              shadows, state._rooms)  # fmt: skip
@@ -279,13 +233,13 @@ class PushdownGrammar(Grammar):
         if state is self._terminal:
             return ()
         witness = state._witness
-        if witness is _UNKNOWN or isinstance(witness, _Loose):
+        if witness is UNKNOWN or isinstance(witness, Loose):
             found = self._completer.complete(
                 state._matcher, self._bytewise.parser(state), state._utf8
             )
-            if witness is not _UNKNOWN and (found is None or len(witness) < len(found)):
+            if witness is not UNKNOWN and (found is None or len(witness) < len(found)):
                 found = witness  # the inherited one is shorter: keep it
-            state._witness = None if found is None else _Found(found)
+            state._witness = None if found is None else Found(found)
         return state._witness
 
     def admissible(self, state: PushdownState, remaining: int | None) -> torch.Tensor:
@@ -425,11 +379,11 @@ class PushdownGrammar(Grammar):
         tokens, where that fits in ``room`` and the parser accepts it: y often stands for the
         witness's first bytes (``{`` where it wrote `` {``). A splice can be longer than what
         a search from y's next state finds, so the child also searches once asked for its
-        completion and keeps the shorter (:class:`_Loose`)."""
+        completion and keeps the shorter (:class:`~hf_fvo.grammar.pushdown.state.Loose`)."""
         for i in range(1, min(len(text), _SPLICE) + 1):
             rest = self._spelled_rest(state, y, text, i, room)
             if rest is not None:
-                return _Loose(rest)
+                return Loose(rest)
         return None
 
     def _searched(self, state: PushdownState, y: int, room: int) -> tuple[int, ...] | None:
@@ -437,7 +391,7 @@ class PushdownGrammar(Grammar):
         depth first (linear in its length), then — where that found none that fits — breadth
         first (the byte-shortest within a few dozen parser states); breadth first only where
         the room is below the state's witness. A depth-first one may be longer than the
-        shortest: the child keeps it as :class:`_Loose`."""
+        shortest: the child keeps it as :class:`~hf_fvo.grammar.pushdown.state.Loose`."""
         done, searcher = self._completer, self._bytewise.parser(state)
         witness = state._witness
         if not isinstance(witness, tuple) or len(witness) <= room:
@@ -446,7 +400,7 @@ class PushdownGrammar(Grammar):
             found = done.complete(state._matcher, searcher, state._utf8, _CHILD_NODES, first=y,
                                   passes="depth")  # fmt: skip
             if found is not None and len(found) <= room:
-                return _Loose(found)
+                return Loose(found)
         found = done.complete(state._matcher, searcher, state._utf8, first=y, passes="breadth")
         return found if found is not None and len(found) <= room else None
 
@@ -506,14 +460,14 @@ class PushdownGrammar(Grammar):
         entry = self._room(state, room)
         heirs = entry[1]
         witness = state._witness
-        if isinstance(witness, _Loose) and len(witness) + _LAZY_SLACK <= room:
+        if isinstance(witness, Loose) and len(witness) + _LAZY_SLACK <= room:
             pass  # a loose witness that leaves slack serves: no search for a shorter one
-        elif witness is _UNKNOWN or isinstance(witness, _Loose):
+        elif witness is UNKNOWN or isinstance(witness, Loose):
             witness = self.completion(state)
-        elif witness is not None and len(witness) > room + 1 and not isinstance(witness, _Found):
+        elif witness is not None and len(witness) > room + 1 and not isinstance(witness, Found):
             # inherited from a check for a larger room (evicted from the shared initial
             # state's): search once for a shorter one
-            state._witness = _Loose(witness)
+            state._witness = Loose(witness)
             witness = self.completion(state)
         matcher, utf8 = state._matcher, state._utf8
         bits = self._bits(state)
@@ -684,9 +638,9 @@ class PushdownGrammar(Grammar):
                 if found is not None:
                     return found
         witness = state._witness
-        if witness and witness is not _UNKNOWN and witness[0] == token:
+        if witness and witness is not UNKNOWN and witness[0] == token:
             return witness[1:]
-        return _UNKNOWN
+        return UNKNOWN
 
     def admissible_bias(
         self, state: PushdownState, remaining: int | None, dtype: torch.dtype = torch.float32
@@ -765,69 +719,6 @@ class PushdownGrammar(Grammar):
 
     def __repr__(self) -> str:
         return f"PushdownGrammar({self._source}, vocab_size={self._vocab_size})"
-
-
-class _Found(tuple):
-    """A state's witness found by its own search (not inherited from its parent)."""
-
-    __slots__ = ()
-
-
-class _Loose(tuple):
-    """A child's witness found by :meth:`PushdownGrammar._spliced` or by a depth-first search
-    alone (:meth:`PushdownGrammar._searched`): verified and within the room, but perhaps
-    longer than what the whole search finds; :meth:`PushdownGrammar.completion` searches too
-    when the child is asked for its own and keeps the shorter."""
-
-    __slots__ = ()
-
-
-class _Shadow:
-    """Another llguidance parser that follows a grammar's states token by token: the same
-    grammar over the byte vocabulary (for the completion searches) or the marked grammar (for
-    the free-string certificate). A state holds its parser, or (the nearest ancestor's parser,
-    or ``None`` for the start, and the tokens since): parsers are built when first asked for,
-    each from the nearest one built; the grammar is compiled on first use."""
-
-    START: tuple[Any, tuple[int, ...]] = (None, ())
-
-    def __init__(self, slot: str, tokenizer: Any, definition: str,
-                 spell: Callable[[tuple[int, ...]], list[int]]) -> None:  # fmt: skip
-        self._slot, self._tokenizer, self._spell = slot, tokenizer, spell
-        self.definition = definition
-        self._root: Any = None
-
-    @staticmethod
-    def child(value: Any, token: int) -> Any:
-        """What a child state holds after ``token``."""
-        if isinstance(value, tuple):
-            return (value[0], (*value[1], token))
-        return None if value is None else (value, (token,))
-
-    def parser(self, state: PushdownState, required: bool = True) -> Any:
-        """The parser at ``state`` (not to be changed: copy it first). Where it cannot follow
-        (the marked grammar does not compile) ``None``, unless ``required`` (then an internal
-        error: the byte vocabulary spells every text the grammar's vocabulary does)."""
-        import llguidance
-
-        value = getattr(state, self._slot)
-        if isinstance(value, tuple):
-            base, tokens = value
-            if base is None:
-                if self._root is None:
-                    root = llguidance.LLMatcher(self._tokenizer, self.definition, log_level=0,
-                                                limits=limits())  # fmt: skip
-                    self._root = False if root.is_error() else root
-                base = self._root or None
-            value = None
-            if base is not None:
-                value = base.deep_copy()
-                if tokens and not value.consume_tokens(self._spell(tokens)):
-                    value = None
-            setattr(state, self._slot, value)
-        if value is None and required:
-            raise GrammarError(f"internal: the {self._slot} parser cannot follow this state")
-        return value
 
 
 @functools.cache
