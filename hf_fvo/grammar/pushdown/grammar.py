@@ -604,8 +604,8 @@ class PushdownGrammar(Grammar):
         alike; no lexeme ends inside content), beside perhaps others, and more readings only
         add completions. The marked grammar says what the grammar says on text without the
         marker, so y·fill·witness is a member. Where only the uncounted ``STRING`` is marked,
-        one marker stands for any number. tests/grammar/test_budget.py checks this against the
-        probe on the development set."""
+        one marker stands for any number. tests/grammar/test_budget.py checks certified tokens
+        against a parse per token along the development set's valid instances."""
         if self._marked is None or state._utf8 != 0:
             return None
         matcher = self._marked.parser(state, required=False)
