@@ -460,9 +460,8 @@ class PushdownGrammar(Grammar):
         entry = self._room(state, room)
         heirs = entry[1]
         witness = state._witness
-        if isinstance(witness, Loose) and len(witness) + _LAZY_SLACK <= room:
-            pass  # a loose witness that leaves slack serves: no search for a shorter one
-        elif witness is UNKNOWN or isinstance(witness, Loose):
+        if witness is UNKNOWN or (isinstance(witness, Loose) and len(witness) + _LAZY_SLACK > room):
+            # (a loose witness that leaves slack serves: no search for a shorter one)
             witness = self.completion(state)
         elif witness is not None and len(witness) > room + 1 and not isinstance(witness, Found):
             # inherited from a check for a larger room (evicted from the shared initial
@@ -623,7 +622,8 @@ class PushdownGrammar(Grammar):
         fits[1:] = True
         if self._counted:
             for c in counts:
-                fits[c] = completes(int(c))
+                if c > 1:  # (one marker: asked above)
+                    fits[c] = completes(int(c))
         return fits
 
     def _inherited(self, state: PushdownState, token: int) -> Any:
