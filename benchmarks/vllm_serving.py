@@ -39,6 +39,9 @@ from harness import DEV, provenance, publish
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.vllm.served: the schemas hf_fvo serves, and validation
 EOS = 2
+# the KV cache in bytes, as the tests size it (tests/vllm/served.py): vLLM's CPU build reads
+# gpu_memory_utilization as a fraction of its memory node, too little on a 12 GiB node
+KV_CACHE_BYTES = 1 << 30
 
 
 def _schemas(count: int) -> list[tuple[dict, dict, int]]:
@@ -70,7 +73,7 @@ def _serve(port: int, probe_suffixes: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
            "--model", str(default_model_dir()), "--served-model-name", "smollm2",
            "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
-           "--gpu-memory-utilization", "0.1", "--port", str(port),
+           "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--port", str(port),
            "--logits-processors", "hf_fvo.vllm:FVOProcessor"]  # fmt: skip
     log = Path(tempfile.gettempdir()) / f"vllm_serving_{port}.log"
     print(f"server log: {log}", flush=True)
@@ -201,7 +204,7 @@ def law(args: argparse.Namespace) -> list[str]:
     prompt_text, budget = "Pick a fruit. Answer:", 8
     tok = load_default_tokenizer()
     llm = LLM(model=str(default_model_dir()), dtype="float32", enforce_eager=True,
-              max_model_len=1024, gpu_memory_utilization=0.1, seed=0,
+              max_model_len=1024, kv_cache_memory_bytes=KV_CACHE_BYTES, seed=0,
               logits_processors=["hf_fvo.vllm:FVOProcessor"])  # fmt: skip
     prompt = tok.encode(prompt_text)
     table = exact_table(llm, prompt, request, budget)

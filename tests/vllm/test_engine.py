@@ -9,6 +9,9 @@ Needs vLLM (`.ci/run` runs this directory in a second virtual environment with v
 from __future__ import annotations
 
 import math
+import os
+import sys
+import tempfile
 
 import pytest
 
@@ -16,7 +19,7 @@ from hf_fvo.eval import TerminalLaw, empirical_tv, null_tv_percentiles
 from hf_fvo.models import default_model_dir, load_default_tokenizer
 from hf_fvo.vllm import KEY
 
-from .served import EOS, served_schemas, validate
+from .served import EOS, KV_CACHE_BYTES, root_cause, served_schemas, validate
 
 vllm = pytest.importorskip("vllm")
 from vllm import LLM, SamplingParams  # noqa: E402
@@ -28,9 +31,24 @@ from vllm.sampling_params import StructuredOutputsParams  # noqa: E402
 def llm():
     from hf_fvo.vllm import FVOProcessor
 
-    engine = LLM(model=str(default_model_dir()), dtype="float32", enforce_eager=True,
-                 max_model_len=1024, gpu_memory_utilization=0.1, seed=0,
-                 logits_processors=[FVOProcessor], logprobs_mode="processed_logprobs")  # fmt: skip
+    # vLLM's engine core logs why it failed to start in its own process, on file descriptor 2:
+    # keep a copy, so that the failure names the cause rather than "see root cause above"
+    with tempfile.TemporaryFile("w+") as log:
+        saved = os.dup(2)
+        os.dup2(log.fileno(), 2)
+        try:
+            engine = LLM(model=str(default_model_dir()), dtype="float32", enforce_eager=True,
+                         max_model_len=1024, kv_cache_memory_bytes=KV_CACHE_BYTES, seed=0,
+                         logits_processors=[FVOProcessor],
+                         logprobs_mode="processed_logprobs")  # fmt: skip
+        except Exception as exc:
+            log.seek(0)
+            pytest.fail(f"vLLM's engine did not start ({exc}):\n{root_cause(log.read())}")
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            log.seek(0)
+            sys.stderr.write(log.read())
     yield engine
     engine.llm_engine.engine_core.shutdown()
 

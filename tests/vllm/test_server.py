@@ -25,7 +25,7 @@ import pytest
 from hf_fvo.models import default_model_dir, load_default_tokenizer
 from hf_fvo.vllm import KEY
 
-from .served import EOS, served_schemas, validate
+from .served import EOS, KV_CACHE_BYTES, root_cause, served_schemas, validate
 
 pytest.importorskip("vllm")
 openai = pytest.importorskip("openai")
@@ -53,7 +53,7 @@ def server():
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
            "--model", str(default_model_dir()), "--served-model-name", MODEL,
            "--dtype", "float32", "--enforce-eager", "--max-model-len", "1024",
-           "--gpu-memory-utilization", "0.1", "--port", str(port),
+           "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--port", str(port),
            "--logits-processors", "hf_fvo.vllm:FVOProcessor"]  # fmt: skip
     env = {**os.environ, "HF_FVO_VLLM_COMPILE_SECONDS": "3"}
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -69,7 +69,7 @@ def server():
         if proc.poll() is not None or time.time() > deadline:
             log.seek(0)
             proc.kill()
-            pytest.fail(f"vllm serve did not start:\n{log.read()[-4000:]}")
+            pytest.fail(f"vllm serve did not start:\n{root_cause(log.read())}")
         time.sleep(2)
     yield f"{url}/v1"
     proc.terminate()
