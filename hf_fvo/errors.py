@@ -13,6 +13,7 @@ from typing import Any
 
 __all__ = [
     "BudgetTooSmallError",
+    "BudgetUndecidedError",
     "CheckFailedError",
     "CompileTimeoutError",
     "ConstraintConflictError",
@@ -63,6 +64,20 @@ class EmptyLanguageError(GrammarError):
 class BudgetTooSmallError(EmptyLanguageError):
     """The token budget (``max_new_tokens``, ``max_length``, a generation config's) is below the
     shortest member of the language: refused before the first forward, naming both."""
+
+
+class BudgetUndecidedError(GrammarError):
+    """The token budget lies between a lower bound on the shortest member's tokens, which it
+    passes, and the shortest member hf_fvo found, which it does not: hf_fvo cannot show that a
+    member fits, nor that none does. Refused before the first forward, naming both bounds;
+    raise the budget to the upper one."""
+
+    def __init__(self, message: str, lower: int = 0, upper: int | None = None) -> None:
+        super().__init__(message)
+        self.lower, self.upper = lower, upper  # tokens, EOS not counted
+
+    def __reduce__(self) -> tuple[Any, ...]:  # across processes (vLLM's admission workers)
+        return type(self), (str(self), self.lower, self.upper)
 
 
 class InfiniteLanguageError(GrammarError):

@@ -17,7 +17,6 @@ import torch
 from transformers import LogitsProcessorList
 
 from hf_fvo.errors import (
-    BudgetTooSmallError,
     CheckFailedError,
     ConstraintConflictError,
     EmptyLanguageError,
@@ -645,21 +644,13 @@ def _check_feasible(
     for state in dict.fromkeys(states):  # rows sharing a state are checked once
         if state is None:
             continue
-        if not bool(grammar.admissible(state, budget).any()):
-            need, least = grammar.tokens_to_accept(state), grammar.min_tokens_to_accept(state)
-            shortest = (
-                f"needs {need} tokens plus EOS"
-                if need is not None
-                else f"needs at least {least} tokens plus EOS"
-                if least + 1 > budget
-                else "has no completion the grammar can vouch for"
-            )
-            raise BudgetTooSmallError(
-                f"the budget of {budget} new tokens (max_new_tokens, or max_length minus the "
-                f"input's {width}, from the call, its generation_config or the model's) is "
-                f"below the shortest member of {grammar.source}: it {shortest}; raise "
-                "max_new_tokens"
-            )
+        refusal = grammar.budget_refusal(
+            state, budget,
+            f"the budget of {budget} new tokens (max_new_tokens, or max_length minus the input's "
+            f"{width}, from the call, its generation_config or the model's)",
+        )  # fmt: skip
+        if refusal is not None:
+            raise type(refusal)(f"{refusal}; raise max_new_tokens", *_bounds(refusal))
         min_new = max(config.min_new_tokens or 0, (config.min_length or 0) - width)
         longest = grammar.max_tokens_to_accept(state)
         if min_new and longest is not None and longest < min_new:
@@ -680,6 +671,11 @@ def _check_feasible(
             f"suppress_tokens/bad_words_ids ban every EOS id {sorted(eos)}: no member of "
             f"{grammar.source} can be ended"
         )
+
+
+def _bounds(error: Exception) -> tuple[Any, ...]:
+    """The bounds a budget refusal carries (``BudgetUndecidedError``'s), to re-raise it."""
+    return (error.lower, error.upper) if hasattr(error, "lower") else ()
 
 
 def _upstream_of(processor: FVOLogitsProcessor, processors: LogitsProcessorList) -> str:

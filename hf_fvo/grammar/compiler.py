@@ -12,8 +12,9 @@ pattern questions), and holds each backend's per-tokenizer tables, built once. T
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from hf_fvo.errors import (
@@ -48,7 +49,8 @@ from hf_fvo.grammar.pushdown import (
     regex_problem,
 )
 from hf_fvo.grammar.schema.closing import closing_bound
-from hf_fvo.grammar.schema.shortest import shortest_bound
+from hf_fvo.grammar.schema.instance import shortest_member
+from hf_fvo.grammar.schema.shortest import relaxed, shortest_bound
 from hf_fvo.grammar.sources import (
     GrammarSource,
     choices_source,
@@ -218,6 +220,11 @@ class GrammarCompiler:
                 schema_logic.load_json_schema(schema), formats=formats == "assert"
             )
             notes += [f"{c}: left to the final check" for c in prepared.checked]
+        member = functools.partial(shortest_member, body)  # built when a budget asks
+        lower = None  # a regular superset's fewest tokens: proven, asked when a refusal needs it
+        if key_order == "schema":  # (any key order is no superset of the schema's order)
+            lower = functools.partial(self._superset_distance, body, whitespace,
+                                      prepared.integral_fractions)  # fmt: skip
         lark = schema_logic.schema_lark(  # hf_fvo's own lexemes, if lowered
             body, whitespace, integral_fractions=prepared.integral_fractions
         )
@@ -225,13 +232,14 @@ class GrammarCompiler:
             try:
                 return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
                                       finite, closing, check, prepared.checked,
-                                      int(shortest))  # fmt: skip
+                                      int(shortest), member, lower)  # fmt: skip
             except GrammarError:
                 pass  # llguidance refused a part of it (an unsatisfiable leaf, say)
         # llguidance's JSON mode, which drops what admits nothing, decides (or names why)
         notes.append(f"written as llguidance's JSON mode writes it ({_CANONICAL})")
         return self._pushdown("json_schema", json_definition(body, whitespace), source, notes,
-                              finite, closing, check, prepared.checked, int(shortest))  # fmt: skip
+                              finite, closing, check, prepared.checked, int(shortest),
+                              member, lower)  # fmt: skip
 
     def regex(
         self,
@@ -299,6 +307,24 @@ class GrammarCompiler:
         key = ("automaton", source.kind, source.regex, max_length)
         return self._grammars.get_or_build(key, build)
 
+    def _superset_distance(
+        self, body: Any, whitespace: str | None, integral_fractions: bool
+    ) -> int | None:
+        """The fewest tokens of a member of a regular superset of ``body``'s language
+        (:func:`~hf_fvo.grammar.schema.shortest.relaxed`, then the automaton's exact distance):
+        a lower bound on every member's tokens; ``None`` where the superset is not regular
+        (open objects, recursion…) or its automaton exceeds ``_SUPERSET_STATES``."""
+        try:
+            regex = schema_logic.schema_regex(
+                relaxed(body), "[ ]?" if whitespace is None else whitespace,
+                integral_fractions=integral_fractions,
+            )  # fmt: skip
+            source = GrammarSource("json_schema", regex, f"a regular superset of {shorten(regex)}")
+            automaton = self._automaton(source, None, _SUPERSET_STATES)
+        except GrammarError:
+            return None
+        return automaton.min_tokens_to_accept(automaton.initial_state)
+
     def _pushdown(
         self,
         kind: str,
@@ -310,13 +336,16 @@ class GrammarCompiler:
         check: schema_logic.SchemaCheck | None = None,
         checked: tuple[schema_logic.Checked, ...] = (),
         shortest: int = 0,
+        member: Callable[[], str | None] | None = None,
+        lower: Callable[[], int | None] | None = None,
     ) -> PushdownGrammar:
 
         def build() -> PushdownGrammar:
             if self._pushdown_tokenizer is None:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
             grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
-                                      source, notes, finite, closing, shortest)  # fmt: skip
+                                      source, notes, finite, closing, shortest,
+                                      member, lower)  # fmt: skip
             if check is not None:
                 grammar._attach_check(check, checked)
             return grammar
@@ -333,6 +362,7 @@ class GrammarCompiler:
 
 _SHARED: LRU[tuple[str, int], GrammarCompiler] = LRU(8)
 
+_SUPERSET_STATES = 5_000  # states of a lower bound's automaton at most (a second or so to build)
 # llguidance refusals the final check can take over, by a word of the message: the prepare
 # option that leaves the construct to the check
 _CANONICAL = "canonical string escapes, integers without a fraction"

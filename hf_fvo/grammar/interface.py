@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from hf_fvo.errors import GrammarError, InvalidArgumentError, TokenizerError, check_int
+from hf_fvo.errors import (
+    BudgetTooSmallError,
+    BudgetUndecidedError,
+    GrammarError,
+    InvalidArgumentError,
+    TokenizerError,
+    check_int,
+)
 from hf_fvo.grammar.vocabulary import TokenVocabulary, vocabulary_of
 
 if TYPE_CHECKING:
@@ -481,6 +488,56 @@ class Grammar(ABC):
             4
         """
         return self.min_tokens_to_accept(state)
+
+    def shortest_bounds(self, state: State) -> tuple[int, int | None]:
+        """(lower, upper): bounds on the fewest tokens (EOS not counted) from ``state`` to
+        acceptance. ``lower`` is proven (a refusal stands on it); ``upper`` is the length of a
+        completion the grammar verified (``None``: none found). Equal on automata; on pushdown
+        grammars of JSON schemas the initial state's come from the schema (a member built and
+        parsed; the automaton of a regular superset, where the schema has one).
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_json_schema({"enum": ["yes", "no"]}, load_default_tokenizer())
+            >>> g.shortest_bounds(g.initial_state)  # the automaton's distance, a member's tokens
+            (3, 3)
+        """
+        return self.min_tokens_to_accept(state), self.tokens_to_accept(state)
+
+    def budget_refusal(
+        self, state: State, budget: int, what: str = "the budget"
+    ) -> GrammarError | None:
+        """``None`` when a completion from ``state`` fits ``budget`` tokens (EOS included) by
+        the budget rule (:meth:`admissible`), else the error to raise, naming the budget as
+        ``what``: :class:`~hf_fvo.errors.BudgetTooSmallError` where the lower bound proves that
+        no member fits, :class:`~hf_fvo.errors.BudgetUndecidedError` (both bounds named) where
+        it does not.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_json_schema({"enum": ["yes", "no"]}, load_default_tokenizer())
+            >>> g.budget_refusal(g.initial_state, 4) is None
+            True
+            >>> print(g.budget_refusal(g.initial_state, 3, "max_new_tokens=3"))
+            max_new_tokens=3 is below the shortest member of json_schema ...: it needs 3 tokens...
+        """
+        if budget >= 1 and bool(self.admissible(state, budget).any()):
+            return None
+        lower, upper = self.shortest_bounds(state)
+        below = f"{what} is below the shortest member of {self.source}"
+        if lower + 1 > budget:
+            needs = f"{lower} tokens" if lower == upper else f"at least {lower} tokens"
+            return BudgetTooSmallError(f"{below}: it needs {needs} plus EOS")
+        found = ("no completion was found within the search's limits" if upper is None
+                 else f"the shortest member hf_fvo found has {upper} tokens")  # fmt: skip
+        return BudgetUndecidedError(
+            f"{what} may not fit a member of {self.source}: a member needs at least {lower} "
+            f"tokens plus EOS, which fits, but {found}; hf_fvo cannot show that one fits"
+            + ("" if upper is None else f" (raise the budget to {upper + 1})"),
+            lower, upper,
+        )  # fmt: skip
 
     @abstractmethod
     def admissible(self, state: State, remaining: int | None) -> torch.Tensor:

@@ -18,7 +18,11 @@ import queue
 from dataclasses import dataclass
 from typing import Any
 
-from hf_fvo.errors import BudgetTooSmallError, CompileTimeoutError, GrammarError
+from hf_fvo.errors import (
+    BudgetUndecidedError,
+    CompileTimeoutError,
+    GrammarError,
+)
 from hf_fvo.grammar import Grammar, GrammarCompiler
 from hf_fvo.lru import LRU
 from hf_fvo.vllm.spec import RequestSpec
@@ -75,9 +79,11 @@ def admit(spec: RequestSpec, compiler: GrammarCompiler, max_tokens: int | None) 
     (EOS included); the grammar, or the typed refusal.
 
     Raises:
-        GrammarError: the compiler's refusal (unsupported, empty, too large…), or
-            :class:`~hf_fvo.errors.BudgetTooSmallError`: no member fits the budget — or, without
-            one, no completion was found at all (a ``$ref`` cycle that never closes).
+        GrammarError: the compiler's refusal (unsupported, empty, too large…),
+            :class:`~hf_fvo.errors.BudgetTooSmallError`: no member fits the budget (proven by
+            a lower bound), or :class:`~hf_fvo.errors.BudgetUndecidedError`: the budget lies
+            between the bounds and no completion within it was found — or, without a budget,
+            none was found at all.
 
     Example:
         >>> from hf_fvo.errors import BudgetTooSmallError
@@ -96,24 +102,18 @@ def admit(spec: RequestSpec, compiler: GrammarCompiler, max_tokens: int | None) 
     grammar = spec.compile(compiler)
     spec.estimator(grammar, max_tokens)
     start = grammar.initial_state
-    if max_tokens is not None and bool(grammar.admissible(start, max_tokens).any()):
-        return grammar
-    need, least = grammar.tokens_to_accept(start), grammar.min_tokens_to_accept(start)
-    if need is None and max_tokens is not None and least + 1 > max_tokens:
-        raise BudgetTooSmallError(
-            f"max_tokens={max_tokens} is below the shortest member of {grammar.source}: it "
-            f"needs at least {least} tokens plus EOS"
-        )
-    if need is None:
-        raise BudgetTooSmallError(
-            f"{grammar.source} has no completion hf_fvo can find from its start (a member "
-            f"needs at least {least} tokens; none was found within the search's limits)"
-        )
     if max_tokens is not None:
-        raise BudgetTooSmallError(
-            f"max_tokens={max_tokens} is below the shortest member of {grammar.source}: it needs "
-            f"{need} tokens plus EOS"
-        )
+        refusal = grammar.budget_refusal(start, max_tokens, f"max_tokens={max_tokens}")
+        if refusal is not None:
+            raise refusal
+        return grammar
+    lower, upper = grammar.shortest_bounds(start)
+    if upper is None:
+        raise BudgetUndecidedError(
+            f"{grammar.source} has no completion hf_fvo can find from its start (a member "
+            f"needs at least {lower} tokens; none was found within the search's limits)",
+            lower, upper,
+        )  # fmt: skip
     return grammar
 
 

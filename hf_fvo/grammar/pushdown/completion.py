@@ -194,7 +194,9 @@ class Completer:
         tokens = self.fewest_tokens(text)
         if tokens is not None and self.accepts(matcher, utf8, (*head, *tokens)):
             return tokens
-        singles = tuple(int(self._byte_id[b]) for b in text)
+        singles = self.single_bytes(text)
+        if singles is None:
+            return None
         return singles if self.accepts(matcher, utf8, (*head, *singles)) else None
 
     def accepts(self, matcher: Any, utf8: int, tokens: tuple[int, ...]) -> bool:
@@ -242,6 +244,11 @@ class Completer:
             out.append(t)
             j = k
         return tuple(reversed(out))
+
+    def single_bytes(self, text: bytes) -> tuple[int, ...] | None:
+        """``text`` one single-byte token a byte (``None`` if a byte has no token of its own)."""
+        out = tuple(int(self._byte_id[b]) for b in text)
+        return None if any(t < 0 for t in out) else out
 
     def suffix_spellings(self, text: bytes) -> list[tuple[int, ...] | None]:
         """For every j, a spelling of ``text[j:]`` in the fewest tokens (``None`` where none

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,6 +49,7 @@ _LAZY_SLACK = 4  # tokens of room beyond a state's witness from which its budget
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
+_MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
 # llguidance can hold: about 70 bytes a part with SmolLM2's; beyond, the parser walks per token)
@@ -83,15 +84,22 @@ class PushdownGrammar(Grammar):
         finite: bool | None = None,
         closing: int | None = None,
         shortest: int = 0,
+        member: Callable[[], str | None] | None = None,
+        lower: Callable[[], int | None] | None = None,
     ) -> None:
         """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors.
         ``finite=True`` states that the language is finite (shown from its JSON schema);
         ``closing`` bounds, in bytes, the shortest completion of every prefix of a member
         (shown from its JSON schema; ``None``: not known); every member has at least
-        ``shortest`` bytes (shown from its JSON schema; 0: not known)."""
+        ``shortest`` bytes (shown from its JSON schema; 0: not known); ``member`` builds the
+        text of a short member (from its JSON schema), which the parser verifies before it
+        becomes the initial state's witness; ``lower`` gives a proven lower bound on the tokens
+        of every member (0 or ``None``: not known), asked only when a budget needs it."""
         self._definition = definition
         self._closing = closing
         self._shortest = int(shortest)
+        self._member = member
+        self._lower, self._lower_value = lower, None
         self._vocab = self._vocabulary = tokenizer.vocab
         self._vocab_size = int(vocab_size)
         self._source = source
@@ -132,8 +140,8 @@ class PushdownGrammar(Grammar):
         self._initial = PushdownState(self, root, 0, shadows=(Follower.START, Follower.START))
         # tokens every member needs, at least: its bytes over the longest token's
         self._start_tokens = -(-self._shortest // max(self._completer.longest, 1))
-        if self._shortest > _MAX_DEPTH:  # the completion search cannot reach that deep
-            self._initial._witness = None
+        if self._shortest > (_MAX_DEPTH if self._member is None else _MEMBER_BYTES):
+            self._initial._witness = None  # neither the search nor a built member goes there
         self._terminal = PushdownState(self, None, 0)
         self._terminal._accepting = True
         if not self.is_accepting(self._initial) and not self._bits(self._initial).any():
@@ -219,6 +227,17 @@ class PushdownGrammar(Grammar):
             return 0
         return max(self._start_tokens, 1) if state is self._initial else 1
 
+    def shortest_bounds(self, state: PushdownState) -> tuple[int, int | None]:
+        """At the initial state the lower bound is also the fewest tokens of a regular superset
+        of the language (``lower``, computed once, where the compiler gave one); elsewhere
+        :meth:`min_tokens_to_accept`."""
+        lower, upper = self.min_tokens_to_accept(state), self.tokens_to_accept(state)
+        if state is self._initial:
+            if self._lower_value is None and self._lower is not None:
+                self._lower_value = self._lower() or 0
+            lower = max(lower, self._lower_value or 0)
+        return lower, upper
+
     def tokens_to_accept(self, state: PushdownState) -> int | None:
         """Tokens (EOS not counted) of a verified completion from ``state``: an upper bound on
         the fewest (see :mod:`hf_fvo.grammar.pushdown.completion`); ``None`` if the search
@@ -233,6 +252,15 @@ class PushdownGrammar(Grammar):
         if state is self._terminal:
             return ()
         witness = state._witness
+        if witness is UNKNOWN and state is self._initial and self._member is not None:
+            built = self._built_member()  # then the cheap breadth-first pass may beat it
+            if built is not None:
+                found = self._completer.complete(
+                    state._matcher, self._bytewise.parser(state), state._utf8, passes="breadth"
+                )
+                state._witness = Found(built if found is None or len(built) <= len(found)
+                                       else found)  # fmt: skip
+                return state._witness
         if witness is UNKNOWN or isinstance(witness, Loose):
             found = self._completer.complete(
                 state._matcher, self._bytewise.parser(state), state._utf8
@@ -241,6 +269,21 @@ class PushdownGrammar(Grammar):
                 found = witness  # the inherited one is shorter: keep it
             state._witness = None if found is None else Found(found)
         return state._witness
+
+    def _built_member(self) -> tuple[int, ...] | None:
+        """The built member's text in the fewest tokens that spell it, if the parser (and the
+        UTF-8 filter) accept them from the initial state; else the tokens one byte each."""
+        text = self._member() if self._member is not None else None
+        if text is None:
+            return None
+        spelled = text.encode()
+        if len(spelled) > _MEMBER_BYTES:
+            return None
+        matcher, completer = self._initial._matcher, self._completer
+        for tokens in (completer.fewest_tokens(spelled), completer.single_bytes(spelled)):
+            if tokens is not None and completer.accepts(matcher, self._initial._utf8, tokens):
+                return tokens
+        return None
 
     def admissible(self, state: PushdownState, remaining: int | None) -> torch.Tensor:
         keep = self._kept(state, remaining)
@@ -704,6 +747,8 @@ class PushdownGrammar(Grammar):
             "finite": self._finite,
             "closing": self._closing,
             "shortest": self._shortest,
+            "member": self._member,
+            "lower": self._lower_value,  # the bound if computed (not the compiler behind it)
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -715,6 +760,8 @@ class PushdownGrammar(Grammar):
         self._finite = state.get("finite")
         self._closing = state.get("closing")
         self._shortest = state.get("shortest", 0)
+        self._member = state.get("member")
+        self._lower, self._lower_value = None, state.get("lower")
         self._setup(PushdownTokenizer(self._vocab))
 
     def __repr__(self) -> str:

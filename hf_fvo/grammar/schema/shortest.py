@@ -19,7 +19,10 @@ from typing import Any
 
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target
 
-__all__ = ["pattern_width", "shortest_bound"]
+__all__ = ["pattern_width", "relaxed", "shortest_bound"]
+
+_MAPS = ("properties", "patternProperties", "$defs", "dependentSchemas")
+_RELAXED = ("pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 
 
 def shortest_bound(schema: Any) -> float:
@@ -40,6 +43,38 @@ def shortest_bound(schema: Any) -> float:
         inf
     """
     return _Shortest(schema).solve()
+
+
+def relaxed(schema: Any) -> Any:
+    """A schema whose language contains the given one's, without what the automaton lowering
+    (:mod:`.regex`) refuses of strings and numbers: a ``pattern`` becomes the ``minLength`` of
+    its shortest match (:func:`pattern_width`), number bounds and ``multipleOf`` go. The fewest
+    tokens of its members is a lower bound on the given schema's.
+
+    Example:
+        >>> from hf_fvo.grammar.schema.shortest import relaxed
+        >>> relaxed({"type": "string", "pattern": "^Z[0-9]{6}$", "minLength": 2})
+        {'type': 'string', 'minLength': 7}
+        >>> relaxed({"type": "integer", "minimum": 5})
+        {'type': 'integer'}
+    """
+    if isinstance(schema, list):
+        return [relaxed(x) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for key, value in schema.items():
+        if key in _RELAXED:
+            continue
+        if key in _MAPS and isinstance(value, dict):  # names, not keywords, as keys
+            out[key] = {name: relaxed(sub) for name, sub in value.items()}
+        else:
+            out[key] = value if key in ("enum", "const") else relaxed(value)
+    if isinstance(schema.get("pattern"), str):
+        width = max(pattern_width(schema["pattern"]), _int(schema.get("minLength")))
+        if width:
+            out["minLength"] = width
+    return out
 
 
 def pattern_width(pattern: str) -> int:
