@@ -255,7 +255,9 @@ class GrammarCompiler:
         if backend == "automaton":
             return self._automaton(source, max_length, max_states)
         _pushdown_only(backend, max_length, max_states, "'automaton' or 'pushdown'")
-        return self._pushdown("regex", regex_definition(source.regex), source.description)
+        lower = functools.partial(self._distance, source)  # the same language's automaton
+        return self._pushdown("regex", regex_definition(source.regex), source.description,
+                              lower=lower)  # fmt: skip
 
     def lark(self, grammar: Any) -> Grammar:
         """A Lark grammar in llguidance's dialect (or an ``outlines.types.CFG``)."""
@@ -319,7 +321,16 @@ class GrammarCompiler:
                 relaxed(body), "[ ]?" if whitespace is None else whitespace,
                 integral_fractions=integral_fractions,
             )  # fmt: skip
-            source = GrammarSource("json_schema", regex, f"a regular superset of {shorten(regex)}")
+        except GrammarError:
+            return None
+        return self._distance(
+            GrammarSource("json_schema", regex, f"a regular superset of {shorten(regex)}")
+        )
+
+    def _distance(self, source: GrammarSource) -> int | None:
+        """The fewest tokens to acceptance from the start of ``source``'s automaton, exact;
+        ``None`` where it does not compile within ``_SUPERSET_STATES``."""
+        try:
             automaton = self._automaton(source, None, _SUPERSET_STATES)
         except GrammarError:
             return None

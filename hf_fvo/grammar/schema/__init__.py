@@ -10,7 +10,8 @@ engines compile of a pattern), ``finite`` (finite languages), ``lark`` (the push
 with hf_fvo's own number and string lexemes, as text in llguidance's Lark dialect) and ``regex``
 (regular schemas as one regex, for the automaton backend), ``check`` (the exact final check of
 a text, for what the masks only over-approximate), ``closing`` and ``shortest`` (bounds in bytes
-on how far any prefix is from acceptance and how short a member can be, for budgets). Questions
+on how far any prefix is from acceptance and how short a member can be, for budgets) and
+``instance`` (a short member built from the schema: the upper bound budgets stand on). Questions
 about regex patterns go to an oracle the caller passes; :class:`~hf_fvo.grammar.GrammarCompiler`
 passes the engine's.
 """
