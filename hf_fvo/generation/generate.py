@@ -648,9 +648,10 @@ def _check_feasible(
             state, budget,
             f"the budget of {budget} new tokens (max_new_tokens, or max_length minus the input's "
             f"{width}, from the call, its generation_config or the model's)",
+            "; raise max_new_tokens",
         )  # fmt: skip
         if refusal is not None:
-            raise type(refusal)(f"{refusal}; raise max_new_tokens", *_bounds(refusal))
+            raise refusal
         min_new = max(config.min_new_tokens or 0, (config.min_length or 0) - width)
         longest = grammar.max_tokens_to_accept(state)
         if min_new and longest is not None and longest < min_new:
@@ -671,11 +672,6 @@ def _check_feasible(
             f"suppress_tokens/bad_words_ids ban every EOS id {sorted(eos)}: no member of "
             f"{grammar.source} can be ended"
         )
-
-
-def _bounds(error: Exception) -> tuple[Any, ...]:
-    """The bounds a budget refusal carries (``BudgetUndecidedError``'s), to re-raise it."""
-    return (error.lower, error.upper) if hasattr(error, "lower") else ()
 
 
 def _upstream_of(processor: FVOLogitsProcessor, processors: LogitsProcessorList) -> str:

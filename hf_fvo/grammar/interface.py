@@ -506,13 +506,13 @@ class Grammar(ABC):
         return self.min_tokens_to_accept(state), self.tokens_to_accept(state)
 
     def budget_refusal(
-        self, state: State, budget: int, what: str = "the budget"
+        self, state: State, budget: int, what: str = "the budget", remedy: str = ""
     ) -> GrammarError | None:
         """``None`` when a completion from ``state`` fits ``budget`` tokens (EOS included) by
         the budget rule (:meth:`admissible`), else the error to raise, naming the budget as
-        ``what``: :class:`~hf_fvo.errors.BudgetTooSmallError` where the lower bound proves that
-        no member fits, :class:`~hf_fvo.errors.BudgetUndecidedError` (both bounds named) where
-        it does not.
+        ``what`` (and ending with ``remedy``, if given): :class:`~hf_fvo.errors.BudgetTooSmallError`
+        where the lower bound proves that no member fits,
+        :class:`~hf_fvo.errors.BudgetUndecidedError` (both bounds named) where it does not.
 
         Example:
             >>> from hf_fvo import Grammar
@@ -529,13 +529,13 @@ class Grammar(ABC):
         below = f"{what} is below the shortest member of {self.source}"
         if lower + 1 > budget:
             needs = f"{lower} tokens" if lower == upper else f"at least {lower} tokens"
-            return BudgetTooSmallError(f"{below}: it needs {needs} plus EOS")
+            return BudgetTooSmallError(f"{below}: it needs {needs} plus EOS{remedy}")
         found = ("no completion was found within the search's limits" if upper is None
                  else f"the shortest member hf_fvo found has {upper} tokens")  # fmt: skip
         return BudgetUndecidedError(
             f"{what} may not fit a member of {self.source}: a member needs at least {lower} "
             f"tokens plus EOS, which fits, but {found}; hf_fvo cannot show that one fits"
-            + ("" if upper is None else f" (raise the budget to {upper + 1})"),
+            + ("" if upper is None else f" (raise the budget to {upper + 1})") + remedy,
             lower, upper,
         )  # fmt: skip
 

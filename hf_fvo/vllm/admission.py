@@ -18,11 +18,7 @@ import queue
 from dataclasses import dataclass
 from typing import Any
 
-from hf_fvo.errors import (
-    BudgetUndecidedError,
-    CompileTimeoutError,
-    GrammarError,
-)
+from hf_fvo.errors import BudgetUndecidedError, CompileTimeoutError, GrammarError
 from hf_fvo.grammar import Grammar, GrammarCompiler
 from hf_fvo.lru import LRU
 from hf_fvo.vllm.spec import RequestSpec
@@ -107,8 +103,8 @@ def admit(spec: RequestSpec, compiler: GrammarCompiler, max_tokens: int | None) 
         if refusal is not None:
             raise refusal
         return grammar
-    lower, upper = grammar.shortest_bounds(start)
-    if upper is None:
+    if grammar.tokens_to_accept(start) is None:  # (the lower bound only for the message)
+        lower, upper = grammar.shortest_bounds(start)
         raise BudgetUndecidedError(
             f"{grammar.source} has no completion hf_fvo can find from its start (a member "
             f"needs at least {lower} tokens; none was found within the search's limits)",

@@ -188,8 +188,12 @@ def _in_category(name: Any, ch: str, c: Any) -> bool:
     return table.get(name, False)
 
 
+def _text(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
 def _size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+    return len(_text(value).encode())
 
 
 class _Members:
@@ -223,12 +227,9 @@ class _Members:
             return [0, ""]
         if not isinstance(node, dict):
             return []
-        found = [v for v in self.built(node) if self.valid(v, node)]
-        out: list[Any] = []
-        for v in sorted(found, key=_size):
-            if v not in out:
-                out.append(v)
-        return out[:_WIDTH]
+        found = {_text(v): v for v in self.built(node) if self.valid(v, node)}
+        # distinct as JSON texts (Python's == takes 1 for true), shortest first
+        return [found[t] for t in sorted(found, key=lambda t: len(t.encode()))][:_WIDTH]
 
     def built(self, node: dict[str, Any]) -> list[Any]:
         """Candidates that may hold (the caller validates them)."""
