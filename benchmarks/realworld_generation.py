@@ -89,14 +89,14 @@ def draw(engine: str, model, wrapped, tok, row: dict, grammar, ids, budget: int,
     import transformers
 
     import hf_fvo
-    from hf_fvo.errors import BudgetTooSmallError
+    from hf_fvo.errors import BudgetTooSmallError, BudgetUndecidedError
 
     if engine == "hf_fvo":
         try:
             out = hf_fvo.generate(model, ids, grammar=grammar, phi=phi, do_sample=True, top_k=0,
                                   max_new_tokens=budget)  # fmt: skip
-        except BudgetTooSmallError as exc:
-            return [], str(exc)
+        except (BudgetTooSmallError, BudgetUndecidedError) as exc:
+            return [], f"{type(exc).__name__}: {exc}"
         return out[0, ids.shape[1] :].tolist(), None
     from outlines.backends import get_json_schema_logits_processor
 
@@ -196,7 +196,8 @@ def main() -> None:
         "objects; the Outlines processors (outlines 1.x, through `model.generate(logits_"
         "processor=…)`) with their defaults, each schema compiled first in a worker (4 GB, "
         f"{args.compile_timeout:.0f} s; what fails there counts as refused). *Cut*: no EOS within "
-        "the budget (not JSON). *Refused*: hf_fvo's `BudgetTooSmallError` before generating, or "
+        "the budget (not JSON). *Refused*: hf_fvo's `BudgetTooSmallError` (a proof) or "
+        "`BudgetUndecidedError` (between its bounds) before generating, or "
         "a peer that does not compile the schema. "
         "Validity: `jsonschema` with its format checker, against the original schema.",
         "",
@@ -211,6 +212,11 @@ def main() -> None:
         good = sum(bool(r["valid"]) for r in rs if r["status"] == "complete")
         lines.append(f"| {engine} | {len(rs)} | {count['complete']} | **{count['cut']}** | "
                      f"{count['refused']} | {good}/{count['complete']} |")  # fmt: skip
+    refusals = sorted({(r["engine"], r["name"], r["why"].split(":")[0]) for r in records
+                       if r["status"] == "refused" and r["engine"] == "hf_fvo"})  # fmt: skip
+    if refusals:
+        lines += ["", "hf_fvo's refusals (schema: error): "
+                  + "; ".join(f"{name}: {kind}" for _, name, kind in refusals) + "."]  # fmt: skip
     table = "\n".join(lines)
     print(table)
     if args.write:
