@@ -523,6 +523,7 @@ class Grammar(ABC):
             >>> print(g.budget_refusal(g.initial_state, 3, "max_new_tokens=3"))
             max_new_tokens=3 is below the shortest member of json_schema ...: it needs 3 tokens...
         """
+        budget = check_int("budget", budget)
         if budget >= 1 and bool(self.admissible(state, budget).any()):
             return None
         lower, upper = self.shortest_bounds(state)

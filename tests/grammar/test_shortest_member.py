@@ -14,7 +14,12 @@ from transformers import GenerationConfig
 
 import hf_fvo
 from hf_fvo import Grammar
-from hf_fvo.errors import BudgetTooSmallError, BudgetUndecidedError, GrammarError
+from hf_fvo.errors import (
+    BudgetTooSmallError,
+    BudgetUndecidedError,
+    GrammarError,
+    InvalidArgumentError,
+)
 from hf_fvo.grammar.schema import prepare_json_schema
 from hf_fvo.grammar.schema.instance import shortest_member, shortest_pattern_text
 from hf_fvo.grammar.schema.shortest import relaxed
@@ -127,3 +132,19 @@ def test_an_undecided_budget_crosses_processes_with_its_bounds():
 
     error = pickle.loads(pickle.dumps(BudgetUndecidedError("max_tokens=9 may not fit", 2, 9)))
     assert (str(error), error.lower, error.upper) == ("max_tokens=9 may not fit", 2, 9)
+
+
+@pytest.mark.parametrize("budget", ["8", -1, 2.5, True])
+def test_a_budget_that_is_not_a_count_is_a_typed_error_naming_it(smol_tokenizer, budget):
+    g = Grammar.from_json_schema({"enum": ["a"]}, smol_tokenizer)
+    with pytest.raises(InvalidArgumentError, match="budget must be an int"):
+        g.budget_refusal(g.initial_state, budget)
+
+
+def test_bounds_of_another_grammars_state_are_a_typed_error(smol_tokenizer):
+    g = Grammar.from_json_schema({"enum": ["a"]}, smol_tokenizer)
+    h = Grammar.from_json_schema({"enum": ["b"]}, smol_tokenizer)
+    with pytest.raises(InvalidArgumentError, match="not a state of this grammar"):
+        g.shortest_bounds(h.initial_state)
+    with pytest.raises(InvalidArgumentError, match="not a state of this grammar"):
+        g.budget_refusal(h.initial_state, 8)
