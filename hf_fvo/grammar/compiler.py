@@ -35,7 +35,7 @@ from hf_fvo.grammar.automaton import (
     compile_automaton,
     from_transitions,
 )
-from hf_fvo.grammar.automaton.build import DEFAULT_MAX_STATES
+from hf_fvo.grammar.automaton.build import COMPILE_TIMEOUT_S, DEFAULT_MAX_STATES
 from hf_fvo.grammar.interface import Grammar, register_compiler
 from hf_fvo.grammar.pushdown import (
     PushdownGrammar,
@@ -293,7 +293,11 @@ class GrammarCompiler:
     # -- internals --------------------------------------------------------------------------
 
     def _automaton(
-        self, source: GrammarSource, max_length: int | None = None, max_states: int | None = None
+        self,
+        source: GrammarSource,
+        max_length: int | None = None,
+        max_states: int | None = None,
+        timeout: float = COMPILE_TIMEOUT_S,
     ) -> TokenAutomaton:
         check_int("max_length", max_length, optional=True)
         limit = DEFAULT_MAX_STATES if max_states is None else check_int("max_states", max_states)
@@ -304,6 +308,7 @@ class GrammarCompiler:
             return compile_automaton(
                 source.regex, source.description, self._automaton_tokenizer, self.vocab_size,
                 max_length=max_length, max_states=limit, diagnose=regex_problem,
+                timeout=timeout,
             )  # fmt: skip
 
         key = ("automaton", source.kind, source.regex, max_length)
@@ -329,9 +334,10 @@ class GrammarCompiler:
 
     def _distance(self, source: GrammarSource) -> int | None:
         """The fewest tokens to acceptance from the start of ``source``'s automaton, exact;
-        ``None`` where it does not compile within ``_SUPERSET_STATES``."""
+        ``None`` where it does not compile within ``_SUPERSET_STATES`` and
+        ``_SUPERSET_SECONDS``."""
         try:
-            automaton = self._automaton(source, None, _SUPERSET_STATES)
+            automaton = self._automaton(source, None, _SUPERSET_STATES, _SUPERSET_SECONDS)
         except GrammarError:
             return None
         return automaton.min_tokens_to_accept(automaton.initial_state)
@@ -373,7 +379,8 @@ class GrammarCompiler:
 
 _SHARED: LRU[tuple[str, int], GrammarCompiler] = LRU(8)
 
-_SUPERSET_STATES = 5_000  # states of a lower bound's automaton at most (a second or so to build)
+# a lower bound's automaton: states and seconds of its index build at most (a refusal waits)
+_SUPERSET_STATES, _SUPERSET_SECONDS = 5_000, 10.0
 # llguidance refusals the final check can take over, by a word of the message: the prepare
 # option that leaves the construct to the check
 _CANONICAL = "canonical string escapes, integers without a fraction"

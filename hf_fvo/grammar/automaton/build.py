@@ -96,6 +96,7 @@ def compile_automaton(
     max_length: int | None = None,
     max_states: int = DEFAULT_MAX_STATES,
     diagnose: Callable[[str], str | None] | None = None,
+    timeout: float = COMPILE_TIMEOUT_S,
 ) -> TokenAutomaton:
     """The token automaton of ``regex`` (matched in full) over ``tokenizer``'s token bytes.
 
@@ -108,6 +109,7 @@ def compile_automaton(
         max_states: Refuse grammars whose byte automaton has more states.
         diagnose: Says what is wrong with a regex outlines-core refuses (outlines-core's own
             messages name no feature), or ``None``.
+        timeout: Seconds the token-level index build may take (then GrammarTooLargeError).
 
     Raises:
         InvalidRegexError, EmptyLanguageError, GrammarTooLargeError: as the names say.
@@ -137,7 +139,7 @@ def compile_automaton(
             f"{description} needs {n_byte_states} automaton states (limit {limit}); "
             "simplify the grammar or raise max_states"
         )
-    index = _outlines(lambda: Index(wrapped, outlines_vocab), source, "index", COMPILE_TIMEOUT_S)
+    index = _outlines(lambda: Index(wrapped, outlines_vocab), source, "index", timeout)
     edges, init, accepting = _edges_from_index(index, fake_id, vocab.eos_token_ids)
     # On texts free of σ the wrapped index is complete (no final state is ever passed through),
     # so the language is restricted to them: σ is a noncharacter, never legitimate output.
