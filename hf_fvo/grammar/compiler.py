@@ -50,6 +50,7 @@ from hf_fvo.grammar.pushdown import (
 )
 from hf_fvo.grammar.schema.closing import closing_bound
 from hf_fvo.grammar.schema.instance import shortest_member
+from hf_fvo.grammar.schema.literals import fewest_tokens, literal_blocks
 from hf_fvo.grammar.schema.shortest import relaxed, shortest_bound
 from hf_fvo.grammar.sources import (
     GrammarSource,
@@ -221,9 +222,9 @@ class GrammarCompiler:
             )
             notes += [f"{c}: left to the final check" for c in prepared.checked]
         member = functools.partial(shortest_member, body)  # built when a budget asks
-        lower = None  # a regular superset's fewest tokens: proven, asked when a refusal needs it
+        lower = None  # fewest tokens of every member: proven, asked when a refusal needs it
         if key_order == "schema":  # (any key order is no superset of the schema's order)
-            lower = functools.partial(self._superset_distance, body, whitespace,
+            lower = functools.partial(self._schema_lower, body, whitespace,
                                       prepared.integral_fractions)  # fmt: skip
         lark = schema_logic.schema_lark(  # hf_fvo's own lexemes, if lowered
             body, whitespace, integral_fractions=prepared.integral_fractions
@@ -314,6 +315,19 @@ class GrammarCompiler:
         key = ("automaton", source.kind, source.regex, max_length)
         return self._grammars.get_or_build(key, build)
 
+    def _schema_lower(
+        self, body: Any, whitespace: str | None, integral_fractions: bool, upper: int | None
+    ) -> int:
+        """Fewest tokens of every member of ``body``'s language, at least: those its literal text
+        needs (:mod:`~hf_fvo.grammar.schema.literals`; fractions of a second), then, unless that
+        already reaches ``upper``, a regular superset's exact distance (seconds where it is
+        large)."""
+        blocks = literal_blocks(body, compact=whitespace == "")
+        floor = fewest_tokens(blocks, self.vocabulary.token_bytes)
+        if upper is not None and floor >= upper:
+            return floor
+        return max(floor, self._superset_distance(body, whitespace, integral_fractions) or 0)
+
     def _superset_distance(
         self, body: Any, whitespace: str | None, integral_fractions: bool
     ) -> int | None:
@@ -332,10 +346,10 @@ class GrammarCompiler:
             GrammarSource("json_schema", regex, f"a regular superset of {shorten(regex)}")
         )
 
-    def _distance(self, source: GrammarSource) -> int | None:
-        """The fewest tokens to acceptance from the start of ``source``'s automaton, exact;
-        ``None`` where it does not compile within ``_SUPERSET_STATES`` and
-        ``_SUPERSET_SECONDS``."""
+    def _distance(self, source: GrammarSource, upper: int | None = None) -> int | None:
+        """The fewest tokens to acceptance from the start of ``source``'s automaton, exact
+        (``upper``, a member's tokens, is not needed); ``None`` where it does not compile
+        within ``_SUPERSET_STATES`` and ``_SUPERSET_SECONDS``."""
         try:
             automaton = self._automaton(source, None, _SUPERSET_STATES, _SUPERSET_SECONDS)
         except GrammarError:

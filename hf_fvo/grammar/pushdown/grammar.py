@@ -85,7 +85,7 @@ class PushdownGrammar(Grammar):
         closing: int | None = None,
         shortest: int = 0,
         member: Callable[[], str | None] | None = None,
-        lower: Callable[[], int | None] | None = None,
+        lower: Callable[[int | None], int | None] | None = None,
     ) -> None:
         """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors.
         ``finite=True`` states that the language is finite (shown from its JSON schema);
@@ -93,8 +93,9 @@ class PushdownGrammar(Grammar):
         (shown from its JSON schema; ``None``: not known); every member has at least
         ``shortest`` bytes (shown from its JSON schema; 0: not known); ``member`` builds the
         text of a short member (from its JSON schema), which the parser verifies before it
-        becomes the initial state's witness; ``lower`` gives a proven lower bound on the tokens
-        of every member (0 or ``None``: not known), asked only when a budget needs it."""
+        becomes the initial state's witness; ``lower(upper)`` gives a proven lower bound on the
+        tokens of every member (0 or ``None``: not known; it may stop at ``upper``, the tokens
+        of a member found), asked only when a budget needs it."""
         self._definition = definition
         self._closing = closing
         self._shortest = int(shortest)
@@ -228,13 +229,13 @@ class PushdownGrammar(Grammar):
         return max(self._start_tokens, 1) if state is self._initial else 1
 
     def shortest_bounds(self, state: PushdownState) -> tuple[int, int | None]:
-        """At the initial state the lower bound is also the fewest tokens of a regular superset
-        of the language (``lower``, computed once, where the compiler gave one); elsewhere
+        """At the initial state the lower bound is also the compiler's (``lower``: the tokens its
+        literal text needs, a regular superset's fewest; computed once, where given); elsewhere
         :meth:`min_tokens_to_accept`."""
         lower, upper = self.min_tokens_to_accept(state), self.tokens_to_accept(state)
         if state is self._initial:
             if self._lower_value is None and self._lower is not None:
-                self._lower_value = self._lower() or 0
+                self._lower_value = self._lower(upper) or 0
             lower = max(lower, self._lower_value or 0)
         return lower, upper
 
