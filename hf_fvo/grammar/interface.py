@@ -489,12 +489,14 @@ class Grammar(ABC):
         """
         return self.min_tokens_to_accept(state)
 
-    def shortest_bounds(self, state: State) -> tuple[int, int | None]:
+    def shortest_bounds(self, state: State, enough: int | None = None) -> tuple[int, int | None]:
         """(lower, upper): bounds on the fewest tokens (EOS not counted) from ``state`` to
         acceptance. ``lower`` is proven (a refusal stands on it); ``upper`` is the length of a
         completion the grammar verified (``None``: none found). Equal on automata; on pushdown
         grammars of JSON schemas the initial state's come from the schema (a member built and
-        parsed; the automaton of a regular superset, where the schema has one).
+        parsed; the literal text every member writes, the automaton of a regular superset).
+        ``enough``: a lower bound that reaches it is all the caller needs (a refusal of budget
+        B needs B), so the slower bounds are skipped once one does.
 
         Example:
             >>> from hf_fvo import Grammar
@@ -526,7 +528,7 @@ class Grammar(ABC):
         budget = check_int("budget", budget)
         if budget >= 1 and bool(self.admissible(state, budget).any()):
             return None
-        lower, upper = self.shortest_bounds(state)
+        lower, upper = self.shortest_bounds(state, enough=budget)
         below = f"{what} is below the shortest member of {self.source}"
         if lower + 1 > budget:
             needs = f"{lower} tokens" if lower == upper else f"at least {lower} tokens"

@@ -148,3 +148,24 @@ def test_bounds_of_another_grammars_state_are_a_typed_error(smol_tokenizer):
         g.shortest_bounds(h.initial_state)
     with pytest.raises(InvalidArgumentError, match="not a state of this grammar"):
         g.budget_refusal(h.initial_state, 8)
+
+
+def test_a_refusal_asks_the_lower_bound_only_for_what_it_needs(smol_tokenizer):
+    """``budget_refusal(s, B)`` passes B on as the goal of the lower bound (the slow superset is
+    skipped once the literal text proves the refusal); a later ``shortest_bounds`` without a goal
+    asks again for the whole bound, and a whole bound is never asked twice."""
+    g = Grammar.from_json_schema({"type": "array", "items": {"type": "boolean"}, "minItems": 40},
+                                 smol_tokenizer, whitespace="")  # fmt: skip
+    asked: list[int | None] = []
+
+    def lower(goal: int | None) -> int:
+        asked.append(goal)
+        return 60 if goal is None else min(60, goal)  # reaches a small goal, stops there
+
+    g._lower, g._lower_value = lower, None
+    upper = g.tokens_to_accept(g.initial_state)
+    assert upper is not None and upper > 60
+    assert isinstance(g.budget_refusal(g.initial_state, 30), BudgetTooSmallError)
+    assert g.shortest_bounds(g.initial_state) == (60, upper)
+    assert g.shortest_bounds(g.initial_state) == (60, upper)
+    assert asked == [30, upper]

@@ -100,7 +100,7 @@ class PushdownGrammar(Grammar):
         self._closing = closing
         self._shortest = int(shortest)
         self._member = member
-        self._lower, self._lower_value = lower, None
+        self._lower, self._lower_value, self._lower_whole = lower, None, False
         self._vocab = self._vocabulary = tokenizer.vocab
         self._vocab_size = int(vocab_size)
         self._source = source
@@ -228,16 +228,23 @@ class PushdownGrammar(Grammar):
             return 0
         return max(self._start_tokens, 1) if state is self._initial else 1
 
-    def shortest_bounds(self, state: PushdownState) -> tuple[int, int | None]:
+    def shortest_bounds(
+        self, state: PushdownState, enough: int | None = None
+    ) -> tuple[int, int | None]:
         """At the initial state the lower bound is also the compiler's (``lower``: the tokens its
-        literal text needs, a regular superset's fewest; computed once, where given); elsewhere
-        :meth:`min_tokens_to_accept`."""
+        literal text needs, a regular superset's fewest; computed once, where given, up to the
+        smaller of ``enough`` and the upper bound); elsewhere :meth:`min_tokens_to_accept`."""
         lower, upper = self.min_tokens_to_accept(state), self.tokens_to_accept(state)
-        if state is self._initial:
-            if self._lower_value is None and self._lower is not None:
-                self._lower_value = self._lower(upper) or 0
-            lower = max(lower, self._lower_value or 0)
-        return lower, upper
+        if state is not self._initial:
+            return lower, upper
+        goal = upper if enough is None else enough if upper is None else min(enough, upper)
+        known = self._lower_value
+        if self._lower is not None and (
+            known is None or not (self._lower_whole or (goal is not None and known >= goal))
+        ):
+            known = self._lower(goal) or 0  # it stops early only once it reaches the goal
+            self._lower_value, self._lower_whole = known, goal is None or known < goal
+        return max(lower, known or 0), upper
 
     def tokens_to_accept(self, state: PushdownState) -> int | None:
         """Tokens (EOS not counted) of a verified completion from ``state``: an upper bound on
@@ -762,7 +769,7 @@ class PushdownGrammar(Grammar):
         self._closing = state.get("closing")
         self._shortest = state.get("shortest", 0)
         self._member = state.get("member")
-        self._lower, self._lower_value = None, state.get("lower")
+        self._lower, self._lower_value, self._lower_whole = None, state.get("lower"), True
         self._setup(PushdownTokenizer(self._vocab))
 
     def __repr__(self) -> str:
