@@ -27,14 +27,16 @@ from hf_fvo.models import tiny_random_llama
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
-# (schema, a shortest member written by hand, the refusal one token below it): where the schema
-# has a regular superset (no pattern, no format) the refusal is a proof
+# (schema, a shortest member written by hand, the refusal one token below it): a proof where the
+# lower bound (a regular superset, the literal text with the classes of a pattern) reaches it
 CASES = [
     ({"enum": ["pending", "done"]}, '"done"', BudgetTooSmallError),
     ({"type": "string"}, '""', BudgetTooSmallError),
     ({"type": "integer", "minimum": 5}, "5", BudgetTooSmallError),
-    ({"type": "string", "pattern": "^Z\\d{6}$"}, '"Z000000"', BudgetUndecidedError),
-    ({"type": "string", "format": "date"}, '"2000-01-01"', BudgetUndecidedError),
+    ({"type": "string", "pattern": "^Z\\d{6}$"}, '"Z000000"', BudgetTooSmallError),
+    ({"type": "string", "format": "date"}, '"2000-01-01"', BudgetTooSmallError),
+    # an address's octets have different lengths, so its literal text is only the dots
+    ({"type": "string", "format": "ipv4"}, '"0.0.0.0"', BudgetUndecidedError),
     ({"type": "object", "properties": {"a": {"type": "object", "properties": {
         "b": {"type": "boolean"}}, "required": ["b"]}}, "required": ["a"]},
      '{"a":{"b":true}}', BudgetTooSmallError),

@@ -27,12 +27,19 @@ from typing import Any
 
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target
 
-__all__ = ["fewest_tokens", "literal_blocks"]
+__all__ = ["fewest_tokens", "literal_blocks", "pattern_items"]
 
 _MAX_BYTES = 1 << 16  # blocks read at most (a prefix of the blocks bounds as soundly)
 # keywords that make a node free text here (several spellings, or an order merged from parts)
 _FREE = ("enum", "const", "anyOf", "oneOf", "allOf", "not", "if", "$ref", "dependentSchemas")
 _GAP = None
+_Item = bytes | frozenset[int] | None  # literal bytes, one byte of a class, or free text
+# bytes a pattern's character is written as, one byte each, in the canonical JSON string text
+_PLAIN = frozenset(range(0x20, 0x7F)) - {ord('"'), ord("\\")}
+_MAX_ITEMS = 4096
+# keywords beside a $ref that say nothing of the value (the reference alone decides)
+_REF_SIBLINGS = {"$ref", "$defs", "definitions", "$schema", "$id", "$comment", "title",
+                 "description", "default", "examples"}  # fmt: skip
 
 
 def literal_blocks(schema: Any, compact: bool = True) -> list[bytes]:
@@ -53,40 +60,52 @@ def literal_blocks(schema: Any, compact: bool = True) -> list[bytes]:
     blocks: list[bytes] = []
     run: list[bytes] = []
     for item in [*reader.items, _GAP]:
-        if item is _GAP:
-            if run:
-                blocks.append(b"".join(run))
-            run = []
-        else:
+        if isinstance(item, bytes):
             run.append(item)
+            continue
+        if run:
+            blocks.append(b"".join(run))
+        run = []
+        if item is not _GAP:  # a class: a block of its own
+            blocks.append(item)
     return blocks
 
 
-def fewest_tokens(blocks: Sequence[bytes], token_bytes: Iterable[bytes | None]) -> int:
+def fewest_tokens(
+    blocks: Sequence[bytes | frozenset[int]], token_bytes: Iterable[bytes | None]
+) -> int:
     """The fewest tokens of any text that holds ``blocks`` in order (free text between them),
     at least: a lower bound on the tokens of every member that :func:`literal_blocks` reads.
 
     A token that covers block bytes from a position inside a block starts there, so it is those
     bytes exactly, or has the rest of the block as a prefix and then covers at most its
     remaining length of later blocks; one that covers a block's first byte may start in the free
-    text before it (a suffix of the token, or the whole block inside the token). Relaxing where
-    the token ends only lowers the count.
+    text before it (a suffix of the token, or the whole block inside the token). A block that is
+    a set of bytes (one byte of a pattern's class) is covered by a token that holds one of them.
+    Relaxing where the token ends only lowers the count.
 
     Example:
         >>> from hf_fvo.grammar.schema.literals import fewest_tokens
         >>> vocab = [b"a", b"b", b"c", b"ab", b"xabc"]
         >>> fewest_tokens([b"abc"], vocab), fewest_tokens([b"abab"], vocab)
         (1, 2)
-        >>> fewest_tokens([b"ccc", b"cc"], vocab)
-        5
+        >>> fewest_tokens([b"ccc", b"cc"], vocab), fewest_tokens([frozenset(b"ab")] * 3, vocab)
+        (5, 1)
     """
     table = _Table.of(tuple(token_bytes))
-    chain = b"".join(blocks)[:_MAX_BYTES]
-    size = len(chain)
-    ends: list[int] = []
+    classes: dict[int, frozenset[int]] = {}  # position: the bytes a class block allows there
+    spelled: list[bytes] = []
+    ends: list[int] = []  # per position: where its block ends
     for block in blocks:
-        ends.extend([min((ends[-1] if ends else 0) + len(block), size)] * len(block))
-    ends = ends[:size]
+        if isinstance(block, frozenset):
+            classes[len(ends)] = block
+            block = b"\x00"  # a stand-in: class positions are never read as bytes
+        spelled.append(block)
+        ends.extend([len(ends) + len(block)] * len(block))
+    chain = b"".join(spelled)[:_MAX_BYTES]
+    size = len(chain)
+    ends = [min(e, size) for e in ends[:size]]
+    cap = [table.reach_of(classes[p]) if p in classes else size for p in range(size)]
     inf = size + 1
     best = [0] + [inf] * size
     for a in range(size):
@@ -94,16 +113,150 @@ def fewest_tokens(blocks: Sequence[bytes], token_bytes: Iterable[bytes | None]) 
         if here > inf:
             continue
         end = ends[a]
-        start = a == 0 or ends[a - 1] != end  # the block's first byte
-        exact = table.suffixes if start else table.tokens
-        for b in range(a + 1, min(end, a + table.longest + 1)):  # ends inside the block
-            if chain[a:b] in exact and here < best[b]:
-                best[b] = here
-        reach = table.containing(chain[a:end]) if start else table.prefixed.get(chain[a:end], 0)
-        for b in range(end, min(a + reach, size) + 1):  # covers the block's end, maybe more
-            if reach and here < best[b]:
+        if a in classes:  # a token that holds one of the class's bytes
+            reach = cap[a]
+        else:
+            start = a == 0 or ends[a - 1] != end  # the block's first byte
+            exact = table.suffixes if start else table.tokens
+            for b in range(a + 1, min(end, a + table.longest + 1)):  # ends inside the block
+                if chain[a:b] in exact and here < best[b]:
+                    best[b] = here
+            held = chain[a:end]
+            reach = table.containing(held) if start else table.prefixed.get(held, 0)
+        for b in range(end, min(a + reach, size) + 1):  # covers the block's end, maybe more:
+            if b > end and b - a > cap[b - 1]:  # no longer than a class it covers allows
+                break
+            if here < best[b]:
                 best[b] = here
     return best[size] if best[size] <= size else 0
+
+
+def pattern_items(pattern: str) -> list[_Item]:
+    """What every string a JSON Schema ``pattern`` matches writes, in its canonical JSON text:
+    bytes, one-byte classes (a frozenset of the bytes allowed there) and gaps (``None``: any
+    text). ECMA-262 reading: ``\\d`` is ``[0-9]``, ``\\w`` ``[A-Za-z0-9_]``; a character that
+    may need more than one byte (outside printable ASCII, ``"``, ``\\``), alternatives of
+    different lengths, unbounded repeats beyond their minimum and constructs Python's parser
+    reads otherwise are gaps.
+
+    Example:
+        >>> from hf_fvo.grammar.schema.literals import pattern_items
+        >>> items = pattern_items("^Z\\\\d{2}(-x|-y)?$")
+        >>> items[0], sorted(items[1]) == list(b"0123456789"), items[3]
+        (b'Z', True, None)
+        >>> pattern_items("ab")
+        [None, b'a', b'b', None]
+    """
+    import re
+    import re._constants as c
+    import re._parser as parser
+    import warnings
+
+    python = re.sub(r"\(\?<(?![=!])", "(?P<", pattern)  # ECMA's named groups
+    python = re.sub(r"\\k<(\w+)>", r"(?P=\1)", python)  # and references to them
+    try:
+        with warnings.catch_warnings():  # a nested set Python reads otherwise: not read
+            warnings.simplefilter("error", FutureWarning)
+            tree = parser.parse(python)
+    except Exception:  # an ECMA-only construct
+        return [_GAP]
+    if tree.state.flags & (c.SRE_FLAG_IGNORECASE | c.SRE_FLAG_MULTILINE | c.SRE_FLAG_DOTALL):
+        return [_GAP]
+    seq = list(tree)
+    head = [] if seq and seq[0] == (c.AT, c.AT_BEGINNING) else [_GAP]
+    tail = [] if seq and seq[-1] == (c.AT, c.AT_END) else [_GAP]
+    try:
+        body = _Pattern(c).items(seq)
+    except RecursionError:
+        return [_GAP]
+    return [*head, *body[:_MAX_ITEMS], *tail]
+
+
+class _Pattern:
+    """A parse tree of :mod:`re._parser` as forced items (:func:`pattern_items`)."""
+
+    def __init__(self, constants: Any) -> None:
+        self.c = constants
+
+    def items(self, seq: Sequence[Any]) -> list[_Item]:
+        out: list[_Item] = []
+        for op, av in seq:
+            if len(out) > _MAX_ITEMS:
+                break
+            out += self.item(op, av)
+        return out
+
+    def item(self, op: Any, av: Any) -> list[_Item]:
+        c = self.c
+        fixed = self.fixed([(op, av)])
+        if fixed is not None:
+            return [bytes(f) if len(f) == 1 else f for f in fixed]
+        if op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+            low, high, sub = av
+            once = self.items(list(sub))
+            out = once * min(low, _MAX_ITEMS // max(len(once), 1))
+            return out if high == low else [*out, _GAP]
+        if op is c.SUBPATTERN and not av[1] and not av[2]:
+            return self.items(list(av[3]))
+        if op is c.ATOMIC_GROUP:
+            return self.items(list(av))
+        if op in (c.AT, c.ASSERT, c.ASSERT_NOT):
+            return []  # zero width: it only narrows the matches
+        return [_GAP]
+
+    def fixed(self, seq: Sequence[Any]) -> list[frozenset[int]] | None:
+        """The class of each byte where every match of ``seq`` has the same length in one-byte
+        characters, else ``None``."""
+        c = self.c
+        out: list[frozenset[int]] = []
+        for op, av in seq:
+            if op is c.LITERAL:
+                if av not in _PLAIN:
+                    return None
+                out.append(frozenset((av,)))
+            elif op is c.IN:
+                allowed = self.charset(av)
+                if allowed is None:
+                    return None
+                out.append(allowed)
+            elif op is c.SUBPATTERN and not av[1] and not av[2]:
+                inner = self.fixed(list(av[3]))
+                if inner is None:
+                    return None
+                out += inner
+            elif op is c.BRANCH:
+                arms = [self.fixed(list(arm)) for arm in av[1]]
+                if any(a is None or len(a) != len(arms[0]) for a in arms):
+                    return None
+                out += [frozenset().union(*col) for col in zip(*arms, strict=True)]
+            elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+                low, high, sub = av
+                inner = self.fixed(list(sub))
+                if inner is None or low != high or len(out) + low * len(inner) > _MAX_ITEMS:
+                    return None
+                out += inner * low
+            elif op not in (c.AT, c.ASSERT, c.ASSERT_NOT):
+                return None
+        return out
+
+    def charset(self, items: Sequence[Any]) -> frozenset[int] | None:
+        """The bytes a class ``[...]`` allows, where all of them are one-byte characters."""
+        c = self.c
+        allowed: set[int] = set()
+        for op, av in items:
+            if op is c.LITERAL and av in _PLAIN:
+                allowed.add(av)
+            elif op is c.RANGE and av[0] in _PLAIN and av[1] in _PLAIN:
+                allowed.update(x for x in range(av[0], av[1] + 1))
+            elif op is c.CATEGORY and av is c.CATEGORY_DIGIT:
+                allowed.update(b"0123456789")
+            elif op is c.CATEGORY and av is c.CATEGORY_WORD:
+                allowed.update(b"0123456789_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+            else:  # a negation, a character that needs an escape or more bytes, \\s …
+                return None
+        if not allowed <= _PLAIN:
+            return None
+        return frozenset(allowed)
 
 
 class _Reader:
@@ -112,24 +265,26 @@ class _Reader:
     def __init__(self, root: Any, compact: bool) -> None:
         self.defs = definitions_of(root)
         self.ws = () if compact else (_GAP,)
-        self.items: list[bytes | None] = []
+        self.items: list[_Item] = []
         self.size = 0
 
-    def put(self, *items: bytes | None) -> None:
+    def put(self, *items: _Item) -> None:
         for item in items:
             self.items.append(item)
-            self.size += 0 if item is None else len(item)
+            self.size += 1 if isinstance(item, frozenset) else 0 if item is None else len(item)
 
     def node(self, s: Any, depth: int) -> None:
         if self.size > _MAX_BYTES or depth > 64 or not isinstance(s, dict):
             return self.put(_GAP)
-        if set(s) == {"$ref"} and isinstance(s["$ref"], str):
+        if isinstance(s.get("$ref"), str) and set(s) <= _REF_SIBLINGS:
             return self.node(ref_target(s, self.defs), depth + 1)
         kind = s.get("type")
         if any(k in s for k in _FREE) or not isinstance(kind, str):
             return self.put(_GAP)
         if kind == "string":
-            return self.put(b'"', _GAP, b'"')
+            pattern = s.get("pattern")
+            inner = pattern_items(pattern) if isinstance(pattern, str) else [_GAP]
+            return self.put(b'"', *inner, b'"')
         if kind == "object":
             return self.object(s, depth)
         if kind == "array":
@@ -192,12 +347,20 @@ class _Table:
             for i in range(1, len(t) + 1):
                 self.prefixed[t[:i]] = len(t)
         self._joined = b"\x00".join(spelled)  # a first test, in C, before the scan
+        self.reach = [0] * 256  # per byte: the longest token that holds it
+        for t in spelled:
+            for x in set(t):
+                self.reach[x] = max(self.reach[x], len(t))
         self._containing: dict[bytes, int] = {}
 
     @staticmethod
     @functools.lru_cache(maxsize=2)
     def of(tokens: tuple[bytes | None, ...]) -> _Table:
         return _Table(tokens)
+
+    def reach_of(self, allowed: frozenset[int]) -> int:
+        """The length of the longest token that holds one of the ``allowed`` bytes."""
+        return max((self.reach[x] for x in allowed), default=0)
 
     def containing(self, block: bytes) -> int:
         """The length of the longest token that holds ``block`` (0: none does)."""
