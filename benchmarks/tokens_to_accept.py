@@ -5,7 +5,9 @@ For each schema (in a fixed order, those the automaton compiles within ``--max-s
 random walks through the automaton's admissible tokens; at every state the pushdown grammar's
 ``tokens_to_accept`` (a verified completion: an upper bound) is compared with the automaton's
 exact d(s). Reported: states, how often the bound is exact, never below (a failure if it is),
-how loose it is where it is not, and the search's time.
+how loose it is where it is not, and the search's time; and at each schema's start both sides of
+``shortest_bounds`` (the member built from the schema, the literal/superset lower bound) against
+d(start): how often each is exact, by how much each misses, and that neither crosses it.
 
 Usage: python benchmarks/tokens_to_accept.py [--schemas 40] [--walks 3] [--steps 40] [--write]
 """
@@ -43,6 +45,9 @@ def main() -> None:
     seconds: list[float] = []
     below = schemas = 0
     loose_by_schema: Counter[str] = Counter()
+    start_upper: Counter[int] = Counter()  # upper − d(start), per schema
+    start_lower: Counter[int] = Counter()  # d(start) − lower
+    crossed: list[str] = []  # a bound on the wrong side of d(start): a failure
     for row in rows:
         if schemas == args.schemas:
             break
@@ -53,6 +58,13 @@ def main() -> None:
         except GrammarError:
             continue
         schemas += 1
+        d0 = fa.min_tokens_to_accept(fa.initial_state)
+        lower, upper = pd.shortest_bounds(pd.initial_state)
+        if upper is None or upper < d0 or lower > d0:
+            crossed.append(f"{row['name']} ({lower}, {upper}; d = {d0})")
+        else:
+            start_upper[upper - d0] += 1
+            start_lower[d0 - lower] += 1
         for walk in range(args.walks):
             rng = random.Random(1000 * schemas + walk)
             sp, sa = pd.initial_state, fa.initial_state
@@ -91,8 +103,17 @@ def main() -> None:
         f"median {statistics.median(seconds) * 1e3:.2f} ms, p90 "
         f"{sorted(seconds)[int(0.9 * (len(seconds) - 1))] * 1e3:.2f} ms, max "
         f"{max(seconds) * 1e3:.0f} ms (states along a witness inherit it and cost nothing).",
+        f"- At the start, `shortest_bounds` against d(start), {schemas} schemas: on the wrong "
+        f"side **{len(crossed)}**{' (' + '; '.join(crossed) + ')' if crossed else ''}; the upper "
+        f"bound exact on **{start_upper[0]}**, above by (tokens: schemas) "
+        f"{_misses(start_upper)}; the lower bound exact on **{start_lower[0]}**, below by "
+        f"{_misses(start_lower)}.",
     ]
     publish(lines, args.write)
+
+
+def _misses(counts: Counter[int]) -> dict[int, int]:
+    return dict(sorted((k, v) for k, v in counts.items() if k))
 
 
 if __name__ == "__main__":

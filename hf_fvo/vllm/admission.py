@@ -103,8 +103,8 @@ def admit(spec: RequestSpec, compiler: GrammarCompiler, max_tokens: int | None) 
         if refusal is not None:
             raise refusal
         return grammar
-    if grammar.tokens_to_accept(start) is None:  # (the lower bound only for the message)
-        lower, upper = grammar.shortest_bounds(start)
+    if grammar.tokens_to_accept(start) is None:  # (a cheap lower bound, for the message)
+        lower, upper = grammar.shortest_bounds(start, enough=1)
         raise BudgetUndecidedError(
             f"{grammar.source} has no completion hf_fvo can find from its start (a member "
             f"needs at least {lower} tokens; none was found within the search's limits)",
