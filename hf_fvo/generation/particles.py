@@ -148,6 +148,8 @@ def sample_particles(
 
     Raises:
         InvalidArgumentError: a malformed argument.
+        BudgetTooSmallError: no member fits ``max_new_tokens`` (``BudgetUndecidedError``
+            where hf_fvo can show neither that one fits nor that none does).
         ConstraintConflictError: every particle reached a position where nothing admissible
             has positive probability under p_t (another processor removed it).
 
@@ -184,6 +186,11 @@ def sample_particles(
     rows.begin(input_ids.expand(n, -1))
     prompt = tuple(input_ids[0, :start].tolist())
     given = tuple(input_ids[0, start:].tolist())
+    if not rows.is_finished(given):  # the bounds generate() refuses on, before any forward
+        refusal = grammar.budget_refusal(rows.state(given), rows.remaining(len(given)),
+                                         f"max_new_tokens={budget}")  # fmt: skip
+        if refusal is not None:
+            raise refusal
     eos = grammar.eos_token_ids
     device = input_ids.device
 

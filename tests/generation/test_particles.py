@@ -16,7 +16,7 @@ import torch
 
 import hf_fvo
 from hf_fvo import Grammar
-from hf_fvo.errors import InvalidArgumentError
+from hf_fvo.errors import BudgetTooSmallError, InvalidArgumentError
 from hf_fvo.eval import empirical_tv, grammar_conditional_law, null_tv_percentiles, sampling_law
 from hf_fvo.generation.particles import effective_sample_size, sample_particles
 from hf_fvo.grammar.interface import LazyAdmissible
@@ -302,3 +302,17 @@ def test_a_lazy_draw_is_distributed_as_p_on_a_t_with_an_unbiased_weight(trials):
     weights = torch.tensor([w for _, w in draws], dtype=torch.float64).exp()
     half_width = 3.29 * float(weights.std()) / math.sqrt(len(draws))
     assert abs(float(weights.mean()) - 0.3) <= half_width
+
+
+def test_sample_particles_refuses_a_budget_no_member_fits_before_any_forward(smol_tokenizer):
+    """Called directly (not through generate()), the particle sampler stands on the same bounds:
+    a budget below the shortest member is refused with BudgetTooSmallError, not a dead run."""
+    g = Grammar.from_choices(["yes", "no"], smol_tokenizer)
+    model = tiny_random_llama(len(smol_tokenizer), eos_token_id=smol_tokenizer.eos_token_id)
+    lower, _ = g.shortest_bounds(g.initial_state)
+    with pytest.raises(BudgetTooSmallError, match="max_new_tokens"):
+        sample_particles(model, torch.tensor([[1]]), grammar=g, particles=4,
+                         max_new_tokens=lower)  # fmt: skip
+    out = sample_particles(model, torch.tensor([[1]]), grammar=g, particles=4,
+                           max_new_tokens=lower + 1)  # fmt: skip
+    assert all(int(s[-1]) in g.eos_token_ids for s in out.sequences)
