@@ -186,11 +186,6 @@ def sample_particles(
     rows.begin(input_ids.expand(n, -1))
     prompt = tuple(input_ids[0, :start].tolist())
     given = tuple(input_ids[0, start:].tolist())
-    if not rows.is_finished(given):  # the bounds generate() refuses on, before any forward
-        refusal = grammar.budget_refusal(rows.state(given), rows.remaining(len(given)),
-                                         f"max_new_tokens={budget}")  # fmt: skip
-        if refusal is not None:
-            raise refusal
     eos = grammar.eos_token_ids
     device = input_ids.device
 
@@ -208,7 +203,7 @@ def sample_particles(
     prev = torch.zeros(n, dtype=torch.float64)  # log Φ̂_{t−1}(x_{t−1})
     log_z, ess_trace, resamplings = 0.0, [], 0
     failed: list[str] = []  # what the final check said of particles it gave weight 0
-    for _ in range(budget):
+    for step in range(budget):
         if all(done):
             break
         if scores is not None:
@@ -254,6 +249,12 @@ def sample_particles(
                 f"{failed[-1]}"
             )
         if not bool(torch.isfinite(log_w).any()):
+            if step == 0:  # at the first step: a budget no member
+                refusal = grammar.budget_refusal(  # fits is named as generate() names it
+                    rows.state(given), rows.remaining(len(given)), f"max_new_tokens={budget}"
+                )
+                if refusal is not None:
+                    raise refusal
             raise ConstraintConflictError(
                 f"every particle reached a position where no token {grammar.source} admits "
                 "has positive probability under the model's (processed) scores: a logits "

@@ -530,9 +530,12 @@ class Grammar(ABC):
             return None
         lower, upper = self.shortest_bounds(state, enough=budget)
         below = f"{what} is below the shortest member of {self.source}"
-        if lower + 1 > budget:
-            needs = f"{lower} tokens" if lower == upper else f"at least {lower} tokens"
-            return BudgetTooSmallError(f"{below}: it needs {needs} plus EOS{remedy}")
+        if lower + 1 > budget:  # (lower may stop at the budget: the proof needs no more)
+            needs = f"{lower} tokens plus EOS"
+            if lower != upper:
+                found = "" if upper is None else f" (the shortest member found has {upper})"
+                needs = f"at least {needs}{found}"
+            return BudgetTooSmallError(f"{below}: it needs {needs}{remedy}")
         found = ("no completion was found within the search's limits" if upper is None
                  else f"the shortest member hf_fvo found has {upper} tokens")  # fmt: skip
         return BudgetUndecidedError(

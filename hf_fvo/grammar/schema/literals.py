@@ -13,7 +13,8 @@ the block, and each case is bounded by what the vocabulary holds. It is a lower 
 member's tokens, never a claim that a member that short exists.
 
 Only what holds for every member is read: required names of ``type: object`` nodes declared in
-``properties``, brackets of arrays with ``minItems``, quotes of strings; a node with ``enum``,
+``properties``, brackets of arrays with ``minItems``, quotes of strings, what a ``pattern`` (a
+format, once prepared) makes every match write; a node with ``enum``,
 ``const``, combinators or a ``$ref`` beside other keywords counts as free text. Pure: no engine
 import.
 """
@@ -42,10 +43,10 @@ _REF_SIBLINGS = {"$ref", "$defs", "definitions", "$schema", "$id", "$comment", "
                  "description", "default", "examples"}  # fmt: skip
 
 
-def literal_blocks(schema: Any, compact: bool = True) -> list[bytes]:
+def literal_blocks(schema: Any, compact: bool = True) -> list[bytes | frozenset[int]]:
     """Byte strings that every member of a prepared schema's language writes, in this order, with
-    free text (maybe empty) between consecutive blocks; ``compact=False`` where whitespace may
-    separate JSON's tokens.
+    free text (maybe empty) between consecutive blocks; a frozenset is one byte of a pattern's
+    class (:func:`pattern_items`). ``compact=False`` where whitespace may separate JSON's tokens.
 
     Example:
         >>> from hf_fvo.grammar.schema.literals import literal_blocks
@@ -57,7 +58,7 @@ def literal_blocks(schema: Any, compact: bool = True) -> list[bytes]:
     """
     reader = _Reader(schema, compact)
     reader.node(schema, 0)
-    blocks: list[bytes] = []
+    blocks: list[bytes | frozenset[int]] = []
     run: list[bytes] = []
     for item in [*reader.items, _GAP]:
         if isinstance(item, bytes):
