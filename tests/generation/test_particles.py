@@ -304,9 +304,10 @@ def test_a_lazy_draw_is_distributed_as_p_on_a_t_with_an_unbiased_weight(trials):
     assert abs(float(weights.mean()) - 0.3) <= half_width
 
 
-def test_sample_particles_refuses_a_budget_no_member_fits_before_any_forward(smol_tokenizer):
+def test_sample_particles_refuses_a_budget_no_member_fits_as_generate_does(smol_tokenizer):
     """Called directly (not through generate()), the particle sampler stands on the same bounds:
-    a budget below the shortest member is refused with BudgetTooSmallError, not a dead run."""
+    a budget below the shortest member is refused with BudgetTooSmallError (at the first step,
+    where every particle finds nothing admissible), not a ConstraintConflictError."""
     g = Grammar.from_choices(["yes", "no"], smol_tokenizer)
     model = tiny_random_llama(len(smol_tokenizer), eos_token_id=smol_tokenizer.eos_token_id)
     lower, _ = g.shortest_bounds(g.initial_state)
