@@ -26,10 +26,10 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from typing import Any
 
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target, string_patterns
+from hf_fvo.grammar.schema.patterns import python_tree
 
 __all__ = ["shortest_member", "shortest_pattern_text"]
 
@@ -87,18 +87,11 @@ class _GiveUp(Exception):
 @functools.lru_cache(maxsize=4096)
 def _pattern_text(pattern: str) -> str | None:
     import re._constants as c
-    import re._parser as parser
-    import warnings
 
     from hf_fvo.grammar.schema.check import _search
 
-    python = re.sub(r"\(\?<(?![=!])", "(?P<", pattern)  # ECMA's named groups
-    python = re.sub(r"\\k<(\w+)>", r"(?P=\1)", python)  # and references to them
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = parser.parse(python)
-    except Exception:  # an ECMA-only construct
+    tree = python_tree(pattern, strict=False)  # the text is checked against ECMA below
+    if tree is None:
         return None
     groups: dict[int, str] = {}
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target
+from hf_fvo.grammar.schema.patterns import python_tree
 
 __all__ = ["fewest_tokens", "literal_blocks", "pattern_items"]
 
@@ -148,18 +149,10 @@ def pattern_items(pattern: str) -> list[_Item]:
         >>> pattern_items("ab")
         [None, b'a', b'b', None]
     """
-    import re
     import re._constants as c
-    import re._parser as parser
-    import warnings
 
-    python = re.sub(r"\(\?<(?![=!])", "(?P<", pattern)  # ECMA's named groups
-    python = re.sub(r"\\k<(\w+)>", r"(?P=\1)", python)  # and references to them
-    try:
-        with warnings.catch_warnings():  # a nested set Python reads otherwise: not read
-            warnings.simplefilter("error", FutureWarning)
-            tree = parser.parse(python)
-    except Exception:  # an ECMA-only construct
+    tree = python_tree(pattern, strict=True)  # a class Python reads otherwise: not read
+    if tree is None:
         return [_GAP]
     if tree.state.flags & (c.SRE_FLAG_IGNORECASE | c.SRE_FLAG_MULTILINE | c.SRE_FLAG_DOTALL):
         return [_GAP]

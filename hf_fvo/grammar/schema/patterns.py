@@ -13,8 +13,9 @@ Example:
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["inner_anchor", "regex_problem", "without_assertions"]
+__all__ = ["inner_anchor", "python_tree", "regex_problem", "without_assertions"]
 
 _LOOKAROUND = re.compile(r"\(\?<?[=!]")
 _BACKREFERENCE = re.compile(r"\\[1-9]|\\k<")
@@ -94,3 +95,30 @@ def without_assertions(pattern: str) -> str | None:
         out.append(pattern[i])
         i += 1
     return "".join(out)
+
+
+def python_tree(pattern: str, *, strict: bool) -> Any | None:
+    """Python's parse tree (:mod:`re._parser`) of an ECMA-262 ``pattern``, its named groups and
+    their references respelled as Python's; ``None`` where Python cannot read it, and, with
+    ``strict``, where Python reads a nested class otherwise than ECMA (``[[:alpha:]]``, ``&&``,
+    ``--``: a FutureWarning).
+
+    Example:
+        >>> from hf_fvo.grammar.schema.patterns import python_tree
+        >>> len(python_tree("(?<y>a)\\\\k<y>", strict=True)), python_tree("[^]", strict=True)
+        (2, None)
+    """
+    import re._parser as parser
+    import warnings
+
+    python = re.sub(r"\(\?<(?![=!])", "(?P<", pattern)  # ECMA's named groups
+    python = re.sub(r"\\k<(\w+)>", r"(?P=\1)", python)  # and references to them
+    try:
+        with warnings.catch_warnings():
+            if strict:
+                warnings.simplefilter("error", FutureWarning)
+            else:
+                warnings.simplefilter("ignore")
+            return parser.parse(python)
+    except Exception:  # an ECMA-only construct
+        return None
