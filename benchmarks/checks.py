@@ -68,7 +68,7 @@ def main() -> None:
 
     import hf_fvo
     from hf_fvo import Grammar
-    from hf_fvo.errors import BudgetTooSmallError, CheckFailedError
+    from hf_fvo.errors import BudgetTooSmallError, BudgetUndecidedError, CheckFailedError
     from hf_fvo.models import load_default_model, load_default_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -101,7 +101,7 @@ def main() -> None:
                     status = "cut"
                 text = tok.decode(new, skip_special_tokens=True)
                 valid, why = validate(row["schema"], text)
-            except BudgetTooSmallError as exc:
+            except (BudgetTooSmallError, BudgetUndecidedError) as exc:  # a refusal
                 status, valid, why = "refused", None, str(exc)[:120]
             except CheckFailedError as exc:
                 status, valid, draws, why = "checks ran out", None, args.tries, str(exc)[:160]

@@ -30,7 +30,7 @@ WEIGHTS = Path(__file__).resolve().parents[1] / "hf_fvo" / "phi" / "weights"
 
 def main() -> None:
     import hf_fvo
-    from hf_fvo.errors import BudgetTooSmallError
+    from hf_fvo.errors import BudgetTooSmallError, BudgetUndecidedError
     from hf_fvo.models import load_default_model, load_default_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -76,7 +76,7 @@ def main() -> None:
                                           return_dict_in_generate=True)  # fmt: skip
                     out, report = res.sequences, res["particles"][0]
                 new, refused = out[0, ids.shape[1] :].tolist(), None
-            except BudgetTooSmallError as exc:
+            except (BudgetTooSmallError, BudgetUndecidedError) as exc:  # a refusal
                 new, refused = [], str(exc)
             seconds = time.perf_counter() - t0
             end = next((i for i, t in enumerate(new) if t in eos), None)

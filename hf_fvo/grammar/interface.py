@@ -505,6 +505,8 @@ class Grammar(ABC):
             >>> g.shortest_bounds(g.initial_state)  # the automaton's distance, a member's tokens
             (3, 3)
         """
+        if enough is not None:
+            check_int("enough", enough)
         return self.min_tokens_to_accept(state), self.tokens_to_accept(state)
 
     def budget_refusal(

@@ -143,6 +143,14 @@ def test_a_budget_that_is_not_a_count_is_a_typed_error_naming_it(smol_tokenizer,
         g.budget_refusal(g.initial_state, budget)
 
 
+@pytest.mark.parametrize("backend", ["pushdown", "automaton"])
+@pytest.mark.parametrize("enough", ["8", 2.5, True])
+def test_a_goal_that_is_not_a_count_is_a_typed_error_naming_it(smol_tokenizer, backend, enough):
+    g = Grammar.from_json_schema({"enum": ["a"]}, smol_tokenizer, backend=backend)
+    with pytest.raises(InvalidArgumentError, match="enough must be an int"):
+        g.shortest_bounds(g.initial_state, enough=enough)
+
+
 def test_bounds_of_another_grammars_state_are_a_typed_error(smol_tokenizer):
     g = Grammar.from_json_schema({"enum": ["a"]}, smol_tokenizer)
     h = Grammar.from_json_schema({"enum": ["b"]}, smol_tokenizer)

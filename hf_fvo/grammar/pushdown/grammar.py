@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError
+from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError, check_int
 from hf_fvo.grammar.interface import Grammar, LazyAdmissible, bias_bits
 from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
 from hf_fvo.grammar.pushdown.engine import (
@@ -234,6 +234,8 @@ class PushdownGrammar(Grammar):
         """At the initial state the lower bound is also the compiler's (``lower``: the tokens its
         literal text needs, a regular superset's fewest; computed once, where given, up to the
         smaller of ``enough`` and the upper bound); elsewhere :meth:`min_tokens_to_accept`."""
+        if enough is not None:
+            check_int("enough", enough)
         lower, upper = self.min_tokens_to_accept(state), self.tokens_to_accept(state)
         if state is not self._initial:
             return lower, upper
