@@ -5,12 +5,16 @@ Takes development-set schemas whose language is not known to be finite (as
 SmolLM2 for an instance (the schema in the prompt) and, interleaved with the same seed, draws
 one masked sample (``hf_fvo.generate``, phi="uniform") and one output from N particles
 (``particles=N``). Every complete output is validated with ``jsonschema`` (formats on) against
-the original schema; *cut* counts outputs without EOS within the budget. Cost: seconds per
-generated position of the particle run (its steps: until its longest particle ends) over the
-masked sample's seconds per token. Results go to a ``datasets`` JSONL file and a markdown table.
+the original schema; *cut* counts outputs without EOS within the budget. Cost: the particle
+run's wall time over the masked draw's, whole and per generated position (the particle run's
+steps: until its longest particle ends); where its time goes (the model's forward, the
+grammar's masks and draws, resampling: :attr:`ParticleReport.seconds`); and the *floor*: the
+particle run's forward seconds alone over the masked draw's wall time, what N rows cost the
+model before any grammar work. Several N (``--particles 8,32``) run interleaved, each beside
+the same masked draw. Results go to a ``datasets`` JSONL file and a markdown table.
 
 Usage:
-    python benchmarks/particles.py --schemas 20 --particles 8 --max-new-tokens 256 --write
+    python benchmarks/particles.py --schemas 20 --particles 8,32 --max-new-tokens 256 --write
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--schemas", type=int, default=20)
-    ap.add_argument("--particles", type=int, default=8)
+    ap.add_argument("--particles", default="8", help="N, a comma list (each its own row)")
     ap.add_argument("--phi", default="uniform", help="the twists, a comma list (each its own row)")
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--device", default="cpu", help="where the model runs (e.g. cuda)")
@@ -44,13 +48,14 @@ def main() -> None:
     args = ap.parse_args()
 
     twists = args.phi.split(",")
+    counts = [int(n) for n in str(args.particles).split(",")]
     tok, model = load_default_tokenizer(), load_default_model().to(args.device)
     rows = [json.loads(line) for line in DEV.open()]
     chosen = [(r, g) for r, g in pick_schemas(rows, 3 * args.schemas, tok, model.config.vocab_size)
               if g.is_finite is not True][: args.schemas]  # fmt: skip
     eos = set(tok.convert_tokens_to_ids([tok.eos_token]))
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    progress = Path(args.out) / f"progress-{args.particles}-{args.max_new_tokens}.jsonl"
+    progress = Path(args.out) / f"progress-{tag(args)}-{args.max_new_tokens}.jsonl"
     progress.write_text("")
     if args.device != "cpu":  # the first CUDA call pays for kernels and handles: not timed
         first = prompt_ids(tok, chosen[0][0]["schema"]).to(args.device)
@@ -59,7 +64,8 @@ def main() -> None:
     records = []
     for k, (row, grammar) in enumerate(chosen):
         ids = prompt_ids(tok, row["schema"]).to(args.device)
-        for engine in ["masked"] + [f"particles={args.particles}, phi={t}" for t in twists]:
+        engines = ["masked"] + [f"particles={n}, phi={t}" for n in counts for t in twists]
+        for engine in engines:
             torch.manual_seed(1000 + k)
             t0 = time.perf_counter()
             report = None
@@ -71,7 +77,8 @@ def main() -> None:
                 else:
                     res = hf_fvo.generate(model, ids, grammar=grammar,
                                           phi=twist(engine.split("=")[-1]),
-                                          particles=args.particles, do_sample=True,
+                                          particles=int(engine.split(",")[0].split("=")[1]),
+                                          do_sample=True,
                                           max_new_tokens=args.max_new_tokens,
                                           return_dict_in_generate=True)  # fmt: skip
                     out, report = res.sequences, res["particles"][0]
@@ -98,6 +105,7 @@ def main() -> None:
                 "mean_ess": None if report is None else sum(report.ess) / len(report.ess),
                 "min_ess": None if report is None else report.min_ess,
                 "resamplings": None if report is None else report.resamplings,
+                "phases": None if report is None else dict(report.seconds),
                 "text": tok.decode(body)[:2000],
             })  # fmt: skip
             with progress.open("a") as fh:
@@ -112,8 +120,13 @@ def main() -> None:
     import datasets  # last: the progress file above already holds every record
 
     datasets.Dataset.from_list(records).to_json(
-        f"{args.out}/results-{args.particles}-{args.max_new_tokens}.jsonl"
+        f"{args.out}/results-{tag(args)}-{args.max_new_tokens}.jsonl"
     )
+
+
+def tag(args: argparse.Namespace) -> str:
+    """The particle counts in a file name (``8+32``)."""
+    return str(args.particles).replace(",", "+")
 
 
 def twist(name: str):
@@ -149,28 +162,47 @@ def table(records: list[dict], args: argparse.Namespace) -> str:
         "against the original schema. *s/position*: wall seconds over generated positions "
         "(for particles, the steps until the longest particle ended); *ESS*: the mean over "
         "steps of the effective sample size before resampling, per particle run (median over "
-        "runs); *× masked*: s/position over the masked draw's on the same schema (median, and "
-        "the largest).",
+        "runs); *× masked*: the particle run's wall seconds over the masked draw's on the same "
+        "schema (median, and the largest); *per position*: the same with each divided by its "
+        "generated positions; *floor*: the particle run's forward seconds alone over the masked "
+        "draw's wall seconds (what N rows cost the model), and *× floor* the wall time over "
+        "its own forward's; *forward / grammar / resampling*: the shares of the particle runs' "
+        "summed wall time.",
         "",
         "| engine | outputs | complete | **cut off** | refused | complete and valid "
-        "| median s/position | × masked | ESS (of N) | min ESS | resamplings |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| median s/position | × masked | per position | floor | × floor "
+        "| forward / grammar / resampling | ESS (of N) | min ESS | resamplings |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    base = {r["name"]: r["seconds"] / max(r["steps"], 1) for r in records
-            if r["engine"] == "masked" and r["status"] != "refused"}  # fmt: skip
+    base = {r["name"]: r for r in records if r["engine"] == "masked" and r["status"] != "refused"}
     for engine in engines:
         rs = [r for r in records if r["engine"] == engine]
         count = {k: sum(r["status"] == k for r in rs) for k in ("complete", "cut", "refused")}
         good = sum(bool(r["valid"]) for r in rs if r["status"] == "complete")
         live = [r for r in rs if r["status"] != "refused"]
         per = [r["seconds"] / max(r["steps"], 1) for r in live]
-        ratio = [r["seconds"] / max(r["steps"], 1) / base[r["name"]] for r in live
-                 if r["name"] in base]  # fmt: skip
+        paired = [(r, base[r["name"]]) for r in live if r["name"] in base]
+        wall = [r["seconds"] / m["seconds"] for r, m in paired]
+        pos = [(r["seconds"] / max(r["steps"], 1)) / (m["seconds"] / max(m["steps"], 1))
+               for r, m in paired]  # fmt: skip
+        timed = [(r, m) for r, m in paired if r.get("phases")]
+        floor = [r["phases"]["forward"] / m["seconds"] for r, m in timed]
+        over = [r["seconds"] / r["phases"]["forward"] for r, _ in timed]
+        total = sum(r["seconds"] for r, _ in timed) or 1.0
+        shares = "/".join(
+            f"{100 * sum(r['phases'][k] for r, _ in timed) / total:.0f}%"
+            for k in ("forward", "grammar", "resampling")
+        ) if timed else "—"  # fmt: skip
+        masked = engine == "masked"
+
+        def most(xs: list, masked: bool = masked) -> str:
+            return "1" if masked or not xs else f"{med(xs)} (max {max(xs):.2f})"
 
         lines.append(
             f"| {engine} | {len(rs)} | {count['complete']} | **{count['cut']}** | "
             f"{count['refused']} | {good}/{count['complete']} | {med(per, '{:.3f}')} | "
-            f"{f'{med(ratio)} (max {max(ratio):.2f})' if ratio and engine != 'masked' else '1'} | "
+            f"{most(wall)} | {most(pos)} | {'—' if masked else most(floor)} | "
+            f"{'—' if masked else most(over)} | {'—' if masked else shares} | "
             f"{med([r.get('mean_ess') for r in live])} | {med([r.get('min_ess') for r in live])} | "
             f"{med([r.get('resamplings') for r in live], '{:.0f}')} |"
         )

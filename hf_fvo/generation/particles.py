@@ -20,8 +20,11 @@ its draws instead of building A_t, and carries an unbiased estimate of p_t(A_t) 
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,12 +39,17 @@ from hf_fvo.errors import (
 from hf_fvo.generation.tracker import RowTracker
 from hf_fvo.grammar import Grammar
 from hf_fvo.grammar.interface import LazyAdmissible, require_grammar
+from hf_fvo.models.cache import cache_argument
+from hf_fvo.models.shared_prefix import SharedPrefixCache, shared_prefix, shared_prefix_supported
 from hf_fvo.phi import PhiContext, PhiEstimator, make_estimator
 
 __all__ = ["ParticleReport", "ParticleSet", "effective_sample_size", "sample_particles"]
 
 Scores = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 _TRIALS = 8  # draws checked token by token before a lazily decided A_t is resolved whole
+_OVERLAP = (
+    False  # the next step's masks computed in a thread while the forward runs (2 cores: slower)
+)
 
 
 @dataclass(frozen=True)
@@ -54,12 +62,15 @@ class ParticleReport:
             budget] (how hard the constraint fights the model; −inf if no particle finished).
         ess: The effective sample size before each step's resampling decision.
         resamplings: How many steps resampled.
+        seconds: Wall seconds per phase: ``forward`` (the model), ``grammar`` (masks, draws,
+            weights), ``resampling`` (indices, copies, the cache's rows).
     """
 
     particles: int
     log_z: float
     ess: tuple[float, ...]
     resamplings: int
+    seconds: tuple[tuple[str, float], ...] = ()
 
     @property
     def min_ess(self) -> float:
@@ -188,61 +199,60 @@ def sample_particles(
     given = tuple(input_ids[0, start:].tolist())
     eos = grammar.eos_token_ids
     device = input_ids.device
+    clock = _Clock()
 
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    forward = _forward(model, cache)
-    logits = forward(input_ids)
-    cache.batch_repeat_interleave(n)
-    logits = logits.expand(n, -1)
+    with clock("forward"):
+        forward = _Forward(model, n)
+        logits = forward(input_ids).expand(n, -1)
     sequences = input_ids.expand(n, -1).clone()
     generated: list[tuple[int, ...]] = [given] * n
     done = [rows.is_finished(given)] * n
+    live = [i for i in range(n) if not done[i]]  # the particles the cache holds, in its order
+    if len(live) < n:
+        forward.keep(torch.tensor(live, dtype=torch.long, device=device))
+        logits = logits[live]
     log_w = torch.zeros(n, dtype=torch.float64)  # since the last resampling
     prev = torch.zeros(n, dtype=torch.float64)  # log Φ̂_{t−1}(x_{t−1})
     log_z, ess_trace, resamplings = 0.0, [], 0
     failed: list[str] = []  # what the final check said of particles it gave weight 0
+    pending: _Masks | None = None  # the next step's masks, prepared during the forward
+    job = None
+    overlap = ThreadPoolExecutor(1, thread_name_prefix="hf_fvo-masks") if _OVERLAP else None
     for step in range(budget):
-        if all(done):
+        if not live:
             break
-        if scores is not None:
-            logits = scores(sequences, logits)
-        logits = logits.cpu()
-        lse = torch.logsumexp(logits.double(), dim=-1)  # log p_t = logits − lse
-        nxt = torch.full((n,), eos[0], dtype=torch.long)
-        support: dict[tuple[int, int | None], torch.Tensor] = {}  # A_t per state, this step
-        for i in range(n):
-            if done[i]:
-                continue
-            state, remaining = rows.state(generated[i]), rows.remaining(len(generated[i]))
-            lazy = grammar.lazy_admissible(state, remaining) if estimator.is_masking else None
-            if lazy is not None:
-                y, z = _lazy_draw(lazy, logits[i], lse[i])
-                log_phi_y = 0.0
+        with clock("grammar"):
+            if scores is not None:
+                logits = scores(sequences[live], logits)
+            logits = logits.cpu()
+            if logits.dtype != torch.float64:  # (half-precision models: float32)
+                logits = logits.float()  # log p_t = logits − lse (a twist's weights: float64)
+            lse = torch.logsumexp(logits if estimator.is_masking else logits.double(), -1).double()
+            if estimator.is_masking:
+                if pending is None:
+                    pending = _prepare_masks(grammar, rows, [generated[i] for i in live])
+                drawn = _masked_step(pending, logits, lse)
+                pending = None
             else:
-                ids, log_phi, twisted = _proposal(estimator, grammar, state, remaining,
-                                                  generated[i], logits[i], lse[i], prompt,
-                                                  support)  # fmt: skip
-                z = _log_mass(twisted)
-                if z > -math.inf:
-                    k = int(torch.multinomial(torch.softmax(twisted, 0), 1))
-                    y, log_phi_y = int(ids[k]), float(log_phi[k])
-            if z == -math.inf:
-                log_w[i] = -math.inf  # nothing admissible has positive probability: dies
-                done[i] = True
-                continue
-            log_w[i] += z - prev[i]
-            prev[i] = log_phi_y
-            nxt[i] = y
-            generated[i] = (*generated[i], y)
-            if y in eos:
-                log_w[i] -= prev[i]  # Φ̂_T(EOS): the final weight is p(x)/q(x)
-                done[i] = True
-                failure = grammar.check(generated[i][:-1]) if grammar.checked else None
-                if failure is not None:  # outside L: weight 0 (exact μ*, the check decides)
-                    log_w[i] = -math.inf
-                    failed.append(failure)
+                drawn = _twisted_step(estimator, grammar, rows, [generated[i] for i in live],
+                                      logits, lse, prompt)  # fmt: skip
+            nxt = torch.full((n,), eos[0], dtype=torch.long)
+            for i, (y, z, log_phi_y) in zip(live, drawn, strict=True):
+                if z == -math.inf:
+                    log_w[i] = -math.inf  # nothing admissible has positive probability: dies
+                    done[i] = True
+                    continue
+                log_w[i] += z - prev[i]
+                prev[i] = log_phi_y
+                nxt[i] = y
+                generated[i] = (*generated[i], y)
+                if y in eos:
+                    log_w[i] -= prev[i]  # Φ̂_T(EOS): the final weight is p(x)/q(x)
+                    done[i] = True
+                    failure = grammar.check(generated[i][:-1]) if grammar.checked else None
+                    if failure is not None:  # outside L: weight 0 (exact μ*, the check decides)
+                        log_w[i] = -math.inf
+                        failed.append(failure)
         if failed and not bool(torch.isfinite(log_w).any()):
             raise CheckFailedError(
                 f"all {n} particles failed the final check of {grammar.source}; the last: "
@@ -260,22 +270,38 @@ def sample_particles(
                 "has positive probability under the model's (processed) scores: a logits "
                 "processor or warper removed them (top_k, top_p, a penalty…)"
             )
-        sequences = torch.cat([sequences, nxt.to(device)[:, None]], dim=1)
-        ess = effective_sample_size(log_w)
-        ess_trace.append(ess)
-        if ess < ess_threshold * n and not all(done):
-            idx = systematic_resample(log_w)
-            log_z += torch.logsumexp(log_w, 0).item() - math.log(n)
-            log_w = torch.zeros(n, dtype=torch.float64)
-            prev = prev[idx]
-            sequences = sequences[idx.to(device)]
-            generated = [generated[j] for j in idx.tolist()]
-            done = [done[j] for j in idx.tolist()]
-            cache.reorder_cache(idx.to(device))
-            resamplings += 1
-        if all(done):
+        with clock("resampling"):
+            sequences = torch.cat([sequences, nxt.to(device)[:, None]], dim=1)
+            ess = effective_sample_size(log_w)
+            ess_trace.append(ess)
+            slot = {i: k for k, i in enumerate(live)}  # particle → its row in the cache
+            if ess < ess_threshold * n and not all(done):
+                idx = systematic_resample(log_w)
+                log_z += torch.logsumexp(log_w, 0).item() - math.log(n)
+                log_w = torch.zeros(n, dtype=torch.float64)
+                prev = prev[idx]
+                sequences = sequences[idx.to(device)]
+                generated = [generated[j] for j in idx.tolist()]
+                done = [done[j] for j in idx.tolist()]
+                origin = idx.tolist()
+                resamplings += 1
+            else:
+                origin = list(range(n))
+            live = [i for i in range(n) if not done[i]]
+            rows_kept = [slot[origin[i]] for i in live]
+            if rows_kept != list(range(len(slot))):  # copies and finished particles
+                forward.keep(torch.tensor(rows_kept, dtype=torch.long, device=device))
+        if not live:
             break
-        logits = forward(sequences[:, -1:])
+        with clock("forward"):
+            if estimator.is_masking and overlap is not None:  # the next masks meanwhile
+                job = overlap.submit(_prepare_masks, grammar, rows, [generated[i] for i in live])
+            logits = forward(sequences[live, -1:])
+        if job is not None:
+            with clock("grammar"):
+                pending, job = job.result(), None
+    if overlap is not None:
+        overlap.shutdown(wait=False)
     unfinished = [i for i in range(n) if not done[i]]
     if unfinished:  # budget-exact admissible sets end every particle within B
         raise ConstraintConflictError(
@@ -283,8 +309,119 @@ def sample_particles(
         )
     log_z += torch.logsumexp(log_w, 0).item() - math.log(n)
     norm = log_w - torch.logsumexp(log_w, 0)
-    report = ParticleReport(n, log_z, tuple(ess_trace), resamplings)
+    report = ParticleReport(n, log_z, tuple(ess_trace), resamplings, clock.seconds())
     return ParticleSet(sequences, norm, report)
+
+
+class _Clock:
+    """Wall seconds per phase of a particle run (forward, grammar, resampling)."""
+
+    def __init__(self) -> None:
+        self.spent = {"forward": 0.0, "grammar": 0.0, "resampling": 0.0}
+
+    @contextlib.contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.spent[phase] += time.perf_counter() - t0
+
+    def seconds(self) -> tuple[tuple[str, float], ...]:
+        return tuple(self.spent.items())
+
+
+@dataclass
+class _Masks:
+    """Every live particle's mask for one step: A_t, or where the grammar decides it token by
+    token the superset and the lazy set (computed once per distinct (state, remaining))."""
+
+    masks: torch.Tensor  # (distinct, V) bool
+    which: list[int]  # particle → its row of ``masks``
+    lazies: list[LazyAdmissible | None]
+
+
+def _prepare_masks(grammar: Grammar, rows: RowTracker, generated: list[tuple[int, ...]]) -> _Masks:
+    """The masks of the particles whose grammar tokens are ``generated``: it needs only their
+    tokens, not the step's logits, so it can run while the forward does."""
+    found: dict[tuple[int, int | None], tuple[LazyAdmissible | None, int]] = {}
+    masks: list[torch.Tensor] = []
+    which: list[int] = []
+    lazies: list[LazyAdmissible | None] = []
+    for tokens in generated:
+        state, remaining = rows.state(tokens), rows.remaining(len(tokens))
+        key = (id(state), remaining)
+        if key not in found:
+            lazy = grammar.lazy_admissible(state, remaining)
+            masks.append(lazy.superset if lazy is not None else
+                         grammar.admissible(state, remaining))  # fmt: skip
+            found[key] = (lazy, len(masks) - 1)
+        lazy, k = found[key]
+        which.append(k)
+        lazies.append(lazy)
+    return _Masks(torch.stack(masks), which, lazies)
+
+
+def _masked_step(
+    prepared: _Masks, logits: torch.Tensor, lse: torch.Tensor
+) -> list[tuple[int, float, float]]:
+    """One masked proposal (Φ̂ ≡ 1) for every live particle at once: (y, log weight, 0.0)
+    each, the weight −inf where A_t has no mass.
+
+    The grammar was asked once per distinct (state, remaining budget)
+    (:func:`_prepare_masks`): particles copied by a resampling share their state. Every
+    particle's mask (A_t, or the lazy superset) is applied to its row of ``logits`` in one
+    tensor operation, and every draw is taken in one multinomial call; only the lazy
+    membership checks of the draws run per particle, and a state's verdicts are shared by the
+    particles at it."""
+    trials = _TRIALS
+    lazies = prepared.lazies
+    allowed = prepared.masks[torch.tensor(prepared.which)]
+    masked = logits.masked_fill(~allowed, -math.inf)  # float32: each row's max is subtracted
+    top = torch.logsumexp(masked, dim=-1)  # before exp, so no mass underflows
+    z = top.double() - lse  # log p_t(mask)
+    alive = torch.isfinite(z)
+    draws = torch.zeros(len(lazies), trials, dtype=torch.long)
+    if bool(alive.any()):
+        probs = torch.exp(masked[alive] - top[alive, None])
+        draws[alive] = torch.multinomial(probs, trials, replacement=True)
+    out = []
+    for r, lazy in enumerate(lazies):
+        zr = float(z[r])
+        if zr == -math.inf:
+            out.append((-1, -math.inf, 0.0))
+        elif lazy is None:  # A_t itself: p_t on it, weight p_t(A_t)
+            out.append((int(draws[r, 0]), zr, 0.0))
+        else:
+            y, w = _lazy_finish(lazy, draws[r].tolist(), zr, logits[r], lse[r], trials)
+            out.append((y, w, 0.0))
+    return out
+
+
+def _twisted_step(
+    estimator: PhiEstimator,
+    grammar: Grammar,
+    rows: RowTracker,
+    generated: list[tuple[int, ...]],
+    logits: torch.Tensor,
+    lse: torch.Tensor,
+    prompt: tuple[int, ...],
+) -> list[tuple[int, float, float]]:
+    """One Φ̂-twisted proposal per live particle: (y, log Z_t, log Φ̂_t(y)) each (Z_t −inf
+    where nothing admissible has mass); A_t is computed once per state and budget."""
+    support: dict[tuple[int, int | None], torch.Tensor] = {}
+    out = []
+    for r, tokens in enumerate(generated):
+        state, remaining = rows.state(tokens), rows.remaining(len(tokens))
+        ids, log_phi, twisted = _proposal(estimator, grammar, state, remaining, tokens,
+                                          logits[r], lse[r], prompt, support)  # fmt: skip
+        z = _log_mass(twisted)
+        if z == -math.inf:
+            out.append((-1, -math.inf, 0.0))
+            continue
+        k = int(torch.multinomial(torch.softmax(twisted, 0), 1))
+        out.append((int(ids[k]), z, float(log_phi[k])))
+    return out
 
 
 def _lazy_draw(
@@ -308,6 +445,19 @@ def _lazy_draw(
     if z == -math.inf:
         return -1, -math.inf
     drawn = ids[torch.multinomial(torch.softmax(log_p, 0), trials, replacement=True)].tolist()
+    return _lazy_finish(lazy, drawn, z, logits, lse, trials)
+
+
+def _lazy_finish(
+    lazy: LazyAdmissible,
+    drawn: list[int],
+    z: float,
+    logits: torch.Tensor,
+    lse: torch.Tensor,
+    trials: int,
+) -> tuple[int, float]:
+    """:func:`_lazy_draw` from its ``trials`` draws from p_t on the superset (``drawn``) and
+    the superset's log mass ``z``: the draws checked in turn, else the set resolved."""
     members = []
     for k, y in enumerate(drawn):
         if lazy.admits(y):
@@ -364,15 +514,42 @@ def _proposal(
     return ids, log_phi, logits[ids].double() - lse + log_phi
 
 
-def _forward(model: Any, cache: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The next-token logits of new tokens, through ``cache`` (Transformers ≥ 5.24 names the
-    argument ``cache``; earlier versions and Markov LMs ``past_key_values``)."""
-    import inspect
+class _Forward:
+    """The next-token logits of N particles continuing one prompt, through their cache.
 
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    The first call takes the prompt (one row); later calls the live particles' last tokens,
+    one row each, in the order :meth:`keep` last set. Where the model allows
+    (:func:`~hf_fvo.models.shared_prefix.shared_prefix_supported`), the prompt's keys and
+    values are kept once for all rows (:class:`SharedPrefixCache`); otherwise a
+    ``DynamicCache`` is repeated N times."""
 
-    def forward(ids: torch.Tensor) -> torch.Tensor:
+    def __init__(self, model: Any, rows: int) -> None:
+        from transformers import DynamicCache
+
+        self.model, self.rows = model, rows
+        self.cache: Any = DynamicCache()
+        self.name = next(iter(cache_argument(model, None)))
+        self.shared = shared_prefix_supported(model)
+        self.started = False
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            return model(ids, use_cache=True, **{name: cache}).logits[:, -1]
+            if not self.started:
+                logits = self._run(ids)
+                self.started = True
+                if self.shared:
+                    self.cache = SharedPrefixCache.from_prompt(self.cache, self.rows)
+                else:
+                    self.cache.batch_repeat_interleave(self.rows)
+                return logits
+            if self.shared:
+                with shared_prefix(self.model, self.cache):
+                    return self._run(ids)
+            return self._run(ids)
 
-    return forward
+    def _run(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model(ids, use_cache=True, **{self.name: self.cache}).logits[:, -1]
+
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep the cache's rows ``index``, in that order (copies and finished particles)."""
+        self.cache.reorder_cache(index)

@@ -70,7 +70,7 @@ def test_particles_give_failed_checks_weight_zero_and_sample_mu_star(model, sche
     _, p99 = null_tv_percentiles(star, DRAWS, seed=4)
     torch.manual_seed(7)
     ids = torch.tensor([PROMPT] * DRAWS)
-    out = hf_fvo.generate(model, ids, grammar=g, particles=64, do_sample=True,
+    out = hf_fvo.generate(model, ids, grammar=g, particles=128, do_sample=True,
                           max_new_tokens=BUDGET, pad_token_id=g.eos_token_id)  # fmt: skip
     drawn = [_until_eos(row[len(PROMPT) :].tolist(), g.eos_token_id) for row in out]
     assert all(g.check(s[:-1]) is None for s in drawn)

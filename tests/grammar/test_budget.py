@@ -300,7 +300,8 @@ JSB_SLICE = Path(__file__).resolve().parents[1] / "data" / "jsonschemabench_slic
 
 
 def test_the_token_by_token_budget_rule_agrees_with_its_resolved_set(smol_tokenizer):
-    """On 16 JSONSchemaBench schemas (nobody here wrote them), along random walks: where the
+    """On 16 JSONSchemaBench schemas (nobody here wrote them), along random walks, with rooms
+    from the state's witness's length (the end of the budget) to six tokens more: where the
     budget rule is decided token by token, ``admits`` says for every non-member and 32
     sampled members what ``resolve()`` says (asked before and after it); the resolved set lies
     between :meth:`admissible`'s and the parser's, and sampled admitted tokens' next states
@@ -316,9 +317,9 @@ def test_the_token_by_token_budget_rule_agrees_with_its_resolved_set(smol_tokeni
         state = g.initial_state
         for t in range(16):
             witness = g.completion(state)
-            lazy = None if witness is None else g.lazy_admissible(state, len(witness) + 6 + t % 3)
+            remaining = None if witness is None else len(witness) + 2 + t % 7  # room: W to W+6
+            lazy = None if witness is None else g.lazy_admissible(state, remaining)
             if t % 4 == 0 and lazy is not None:
-                remaining = len(witness) + 6 + t % 3
                 ids = lazy.superset.nonzero()[:, 0].tolist()
                 early = {y: lazy.admits(y) for y in rng.sample(ids, min(32, len(ids)))}
                 resolved = lazy.resolve()

@@ -45,7 +45,8 @@ __all__ = ["PushdownGrammar", "PushdownState"]
 
 _SEARCHES = 4  # child states searched per admissible() call at most (beyond: excluded)
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
-_LAZY_SLACK = 4  # tokens of room beyond a state's witness from which its budget check is lazy
+_LAZY_ROOM = 0  # room beyond a state's witness from which its budget rule is lazy
+_LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one not worth a search
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
@@ -329,8 +330,9 @@ class PushdownGrammar(Grammar):
         return entry[0]
 
     def lazy_admissible(self, state: PushdownState, remaining: int | None) -> LazyAdmissible | None:
-        """Where the room exceeds the state's witness by ``_LAZY_SLACK`` tokens or more: the
-        budget rule decided per token. A token y is admitted when y's next state has a verified
+        """Wherever the state's witness fits the room: the budget rule decided per token (up to
+        the end of the budget: particles there ask for one state's set per step each, and a
+        whole set costs a certification the draws mostly do not need). A token y is admitted when y's next state has a verified
         completion within the room, found as :meth:`admissible` finds them (y spells the
         beginning of the witness; the witness still completes after y; a search from y's next
         state), with no limit on how many tokens are searched: the set can only be larger than
@@ -342,7 +344,7 @@ class PushdownGrammar(Grammar):
         if self._closing is not None and room >= self._closing:
             return None  # admissible() is the parser's mask: nothing to save
         witness = self.completion(state)
-        if witness is None or room < len(witness) + _LAZY_SLACK:
+        if witness is None or room < len(witness) + _LAZY_ROOM:
             return None
         if state._lazy is None or state._lazy[0] != room:
             state._lazy = (room, {}, [None], self._tails(witness, room), self._text(witness))
