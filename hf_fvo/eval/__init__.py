@@ -21,7 +21,14 @@ from hf_fvo.eval.reference import (
     importance_sample,
     rejection_sample,
 )
-from hf_fvo.eval.stats import bootstrap_tv_ci, empirical_law, empirical_tv, null_tv_percentiles
+from hf_fvo.eval.stats import (
+    bootstrap_tv_ci,
+    empirical_law,
+    empirical_tv,
+    null_tv_percentiles,
+    two_sample_null_tv,
+    two_sample_tv,
+)
 
 __all__ = [
     "AuditReport",
@@ -44,4 +51,6 @@ __all__ = [
     "sampling_law",
     "sampling_law_on",
     "sequence_law",
+    "two_sample_null_tv",
+    "two_sample_tv",
 ]

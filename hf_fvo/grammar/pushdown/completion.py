@@ -276,18 +276,15 @@ class Completer:
     # -- searches over bytes (on the byte-vocabulary parser) ---------------------------------
 
     def _allowed_bytes(self, searcher: Any, utf8: int) -> list[int]:
-        """One allowed byte per search class (its lowest), in search order (closers first)."""
+        """The allowed bytes in search order (closers first): every one where there are a few,
+        else one per search class (its lowest)."""
         bits = int.from_bytes(searcher.compute_bitmask(), "little") & self._byte_ok[utf8]
         out = []
-        if bits.bit_count() <= _FEW:  # a few bytes: walk them, lowest first
-            seen = set()
-            while bits:
+        if bits.bit_count() <= _FEW:  # a few bytes: walk every one (a grammar may tell apart
+            while bits:  # bytes of one class: after "[ab]*" only "c" ends "[ab]*c")
                 low = bits & -bits
                 bits ^= low
-                b = low.bit_length() - 1
-                if self._class_of[b] not in seen:
-                    seen.add(self._class_of[b])
-                    out.append(b)
+                out.append(low.bit_length() - 1)
         else:
             for members in self._classes:
                 hit = bits & members

@@ -330,13 +330,14 @@ class PushdownGrammar(Grammar):
         return entry[0]
 
     def lazy_admissible(self, state: PushdownState, remaining: int | None) -> LazyAdmissible | None:
-        """Wherever the state's witness fits the room: the budget rule decided per token (up to
-        the end of the budget: particles there ask for one state's set per step each, and a
-        whole set costs a certification the draws mostly do not need). A token y is admitted when y's next state has a verified
-        completion within the room, found as :meth:`admissible` finds them (y spells the
-        beginning of the witness; the witness still completes after y; a search from y's next
-        state), with no limit on how many tokens are searched: the set can only be larger than
-        :meth:`admissible`'s and admits no output that cannot finish in time."""
+        """Wherever the state's witness fits the room: the budget rule decided per token, up to
+        the end of the budget (particles there ask for one state's set per step each, and a
+        whole set costs a certification the draws mostly do not need). A token y is admitted
+        when y's next state has a verified completion within the room, found as
+        :meth:`admissible` finds them (y spells the beginning of the witness; the witness
+        still completes after y; a search from y's next state), with no limit on how many
+        tokens are searched: the set can only be larger than :meth:`admissible`'s and admits
+        no output that cannot finish in time."""
         self._check_state(state)
         if remaining is None or remaining <= 1 or state is self._terminal:
             return None
