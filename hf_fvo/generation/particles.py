@@ -11,11 +11,16 @@ When the effective sample size falls below ``ess_threshold``·N the particles ar
 (systematic), their caches reordered by index. The mean weight telescopes to log Ẑ, an
 unbiased estimate of Z_B = Pr_p[a valid output within the budget].
 
-All N particles of a prompt advance in one batched forward per step. With the masked proposal
-(``phi="uniform"``) and a grammar that decides A_t token by token far from the end of the
-budget (:meth:`~hf_fvo.grammar.Grammar.lazy_admissible`: pushdown grammars), a particle checks
-its draws instead of building A_t, and carries an unbiased estimate of p_t(A_t) as its weight
-(:func:`_lazy_draw`): the same target, at a fraction of the grammar's work.
+The live particles of a prompt advance in one batched forward per step: the prompt's keys and
+values are held once for all of them where the model allows
+(:class:`~hf_fvo.models.shared_prefix.SharedPrefixCache`), and a particle that has ended
+leaves the batch. With the masked proposal (``phi="uniform"``) a step asks the grammar once per
+distinct (state, remaining budget), masks every particle's row of the logits in one tensor
+operation and draws for all of them in one multinomial call. Where the grammar decides A_t
+token by token (:meth:`~hf_fvo.grammar.Grammar.lazy_admissible`: pushdown grammars, wherever a
+verified completion fits the budget), a particle checks its draws instead of building A_t, and
+carries an unbiased estimate of p_t(A_t) as its weight (:func:`_lazy_draw`): the same target,
+at a fraction of the grammar's work. :attr:`ParticleReport.seconds` says where the time went.
 """
 
 from __future__ import annotations

@@ -29,18 +29,24 @@ BUDGET = 8
 DRAWS = 400
 
 
+def open_setting():
+    """(model, grammar): the random Llama and the pushdown-compiled regex (also used by
+    ``benchmarks/particles_rejection.py``)."""
+    model = tiny_random_llama(len(VOCAB), eos_token_id=EOS, seed=1, sharpness=3.0)
+    return model, Grammar.from_regex(PATTERN, VOCAB, backend="pushdown")
+
+
 @pytest.fixture(scope="module")
 def setting():
-    model = tiny_random_llama(len(VOCAB), eos_token_id=EOS, seed=1, sharpness=3.0)
-    grammar = Grammar.from_regex(PATTERN, VOCAB, backend="pushdown")
-    return model, grammar, _rejection_draws(model, DRAWS, seed=0)
+    model, grammar = open_setting()
+    return model, grammar, rejection_draws(model, DRAWS, seed=0)
 
 
 def _until_eos(row: list[int]) -> tuple[int, ...]:
     return tuple(row[: row.index(EOS) + 1]) if EOS in row else tuple(row)
 
 
-def _rejection_draws(model, count: int, seed: int) -> list[tuple[int, ...]]:
+def rejection_draws(model, count: int, seed: int) -> list[tuple[int, ...]]:
     """``count`` exact draws from μ*_B: unconstrained samples kept when they end within the
     budget and ``re.fullmatch`` accepts their text."""
     torch.manual_seed(seed)
@@ -57,9 +63,12 @@ def _rejection_draws(model, count: int, seed: int) -> list[tuple[int, ...]]:
     return kept[:count]
 
 
-def _constrained(model, grammar, seed: int, **kwargs) -> list[tuple[int, ...]]:
+def constrained_draws(
+    model, grammar, seed: int, count: int = DRAWS, **kwargs
+) -> list[tuple[int, ...]]:
+    """``count`` outputs of ``hf_fvo.generate`` (masked; ``particles=N`` in ``kwargs``)."""
     torch.manual_seed(seed)
-    out = hf_fvo.generate(model, torch.full((DRAWS, 1), BOS), grammar=grammar, do_sample=True,
+    out = hf_fvo.generate(model, torch.full((count, 1), BOS), grammar=grammar, do_sample=True,
                           top_k=0, max_new_tokens=BUDGET, pad_token_id=EOS, **kwargs)  # fmt: skip
     return [_until_eos(row) for row in out[:, 1:].tolist()]
 
@@ -68,8 +77,8 @@ def test_particles_on_an_open_regex_match_rejection_draws_and_masking_does_not(s
     """400 outputs of 32 particles each and 400 rejection draws: their two-sample TV lies within
     the permutation null's 99th percentile; 400 masked outputs lie outside it."""
     model, grammar, exact = setting
-    particles = _constrained(model, grammar, seed=2, particles=32)
-    masked = _constrained(model, grammar, seed=3)
+    particles = constrained_draws(model, grammar, seed=2, particles=32)
+    masked = constrained_draws(model, grammar, seed=3)
     assert all(re.fullmatch(PATTERN, VOCAB.decode(x[:-1]).decode()) for x in particles + masked)
     _, p99 = two_sample_null_tv(particles, exact, seed=4)
     assert two_sample_tv(particles, exact) <= p99

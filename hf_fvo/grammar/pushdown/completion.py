@@ -189,6 +189,12 @@ class Completer:
         text = None if passes == "depth" else self._bytes_bfs(searcher, after)
         if text is None and passes != "breadth":
             text = self._bytes_dfs(searcher, after, nodes)
+        if text is None and passes != "breadth":
+            # one byte per class missed it: the grammar tells bytes of a class apart (after
+            # "[ab]*" only "c" ends "[ab]*c"); search again writing every allowed byte
+            text = self._bytes_bfs(searcher, after, every=True)
+            if text is None:
+                text = self._bytes_dfs(searcher, after, nodes, every=True)
         if text is None:
             return None
         tokens = self.fewest_tokens(text)
@@ -275,16 +281,22 @@ class Completer:
 
     # -- searches over bytes (on the byte-vocabulary parser) ---------------------------------
 
-    def _allowed_bytes(self, searcher: Any, utf8: int) -> list[int]:
-        """The allowed bytes in search order (closers first): every one where there are a few,
-        else one per search class (its lowest)."""
+    def _allowed_bytes(self, searcher: Any, utf8: int, every: bool = False) -> list[int]:
+        """One allowed byte per search class (its lowest), in search order (closers first);
+        with ``every``, all of them."""
         bits = int.from_bytes(searcher.compute_bitmask(), "little") & self._byte_ok[utf8]
+        if every:
+            return sorted((b for b in range(256) if bits >> b & 1), key=self._rank.__getitem__)
         out = []
-        if bits.bit_count() <= _FEW:  # a few bytes: walk every one (a grammar may tell apart
-            while bits:  # bytes of one class: after "[ab]*" only "c" ends "[ab]*c")
+        if bits.bit_count() <= _FEW:  # a few bytes: walk them, lowest first
+            seen = set()
+            while bits:
                 low = bits & -bits
                 bits ^= low
-                out.append(low.bit_length() - 1)
+                b = low.bit_length() - 1
+                if self._class_of[b] not in seen:
+                    seen.add(self._class_of[b])
+                    out.append(b)
         else:
             for members in self._classes:
                 hit = bits & members
@@ -293,7 +305,7 @@ class Completer:
         out.sort(key=self._rank.__getitem__)
         return out
 
-    def _bytes_bfs(self, searcher: Any, utf8: int) -> bytes | None:
+    def _bytes_bfs(self, searcher: Any, utf8: int, every: bool = False) -> bytes | None:
         # a child's parser is copied only when it is expanded (most of the last level never
         # is); whether it accepts is asked of its parent: the byte, then EOS
         queue: deque[tuple[Any, int, int, bytes]] = deque([(searcher, -1, utf8, b"")])
@@ -303,23 +315,25 @@ class Completer:
             m, b, u, text = queue.popleft()
             if b >= 0:
                 m = advanced(m, b)
-            for b in self._allowed_bytes(m, u):
+            for b in self._allowed_bytes(m, u, every):
                 cu = self._byte_next[u][b]
                 if cu == 0 and m.validate_tokens([b, BYTE_EOS]) == 2:
                     return text + bytes([b])
                 queue.append((m, b, cu, text + bytes([b])))
         return None
 
-    def _bytes_dfs(self, searcher: Any, utf8: int, nodes: int) -> bytes | None:
+    def _bytes_dfs(self, searcher: Any, utf8: int, nodes: int, every: bool = False) -> bytes | None:
         # first a long descent (closing what is open, writing what is required: linear in the
         # completion's length), then a shallow search with backtracking for the rest
         for limit in (MAX_DEPTH, 256):
-            found = self._dfs(searcher, utf8, limit, [nodes])
+            found = self._dfs(searcher, utf8, limit, [nodes], every)
             if found is not None:
                 return found
         return None
 
-    def _dfs(self, searcher: Any, utf8: int, limit: int, budget: list[int]) -> bytes | None:
+    def _dfs(
+        self, searcher: Any, utf8: int, limit: int, budget: list[int], every: bool = False
+    ) -> bytes | None:
         # iterative: (parser, utf8, text, untried bytes)
         stack = [(searcher, utf8, b"", None)]
         while stack:
@@ -332,7 +346,7 @@ class Completer:
                 budget[0] -= 1
                 if budget[0] <= 0:
                     return None
-                todo = self._allowed_bytes(m, u)
+                todo = self._allowed_bytes(m, u, every)
             if not todo:
                 continue
             b, rest = todo[0], todo[1:]
