@@ -45,7 +45,12 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="where the model runs (e.g. cuda)")
     ap.add_argument("--out", default="/tmp/hf_fvo_particles")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    ap.add_argument("--overlap", action="store_true", help="next masks in a thread")
     args = ap.parse_args()
+    if args.overlap:
+        import hf_fvo.generation.particles as particles
+
+        particles._OVERLAP = True
 
     twists = args.phi.split(",")
     counts = [int(n) for n in str(args.particles).split(",")]

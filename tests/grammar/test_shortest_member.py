@@ -179,3 +179,18 @@ def test_a_refusal_asks_the_lower_bound_only_for_what_it_needs(smol_tokenizer):
     assert g.shortest_bounds(g.initial_state) == (60, upper)
     assert g.shortest_bounds(g.initial_state) == (60, upper)
     assert asked == [30, upper]
+
+
+def test_a_pickled_grammar_keeps_the_whole_lower_bound_after_a_budget_stopped_it(smol_tokenizer):
+    """A budget's check stops the lower bound at its goal (5 here); a copy made after that
+    (pickle: processes, caches) still proves the shortest member's 8 tokens, as the original
+    does — it stored the partial 5 as if whole, which order-dependent test runs showed."""
+    import pickle
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"},
+                                               "n": {"type": "integer"}},
+              "required": ["name", "n"]}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    assert g.shortest_bounds(g.initial_state, enough=5)[0] >= 5  # 5 where it was compiled fresh
+    copy = pickle.loads(pickle.dumps(g))
+    assert copy.shortest_bounds(copy.initial_state) == g.shortest_bounds(g.initial_state) == (8, 8)

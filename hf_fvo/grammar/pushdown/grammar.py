@@ -751,6 +751,10 @@ class PushdownGrammar(Grammar):
             raise InvalidArgumentError(f"{state!r} is not a state of this grammar ({self._source})")
 
     def __getstate__(self) -> dict[str, Any]:
+        if self._lower is not None and self._lower_value is not None and not self._lower_whole:
+            # a bound that stopped at a budget's goal is not the whole one, which the copy
+            # (without the compiler behind it) could not finish: finish it now
+            self._lower_value, self._lower_whole = self._lower(None) or 0, True
         return {
             "definition": self._definition,
             "vocab": self._vocab,
