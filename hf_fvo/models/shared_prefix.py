@@ -25,6 +25,8 @@ import torch
 from transformers import Cache
 from transformers.cache_utils import DynamicLayer
 
+from hf_fvo.errors import InvalidArgumentError
+
 __all__ = ["SharedPrefixCache", "shared_prefix", "shared_prefix_supported"]
 
 NAME = "hf_fvo_shared_prefix"
@@ -124,7 +126,7 @@ class _Layer(DynamicLayer):
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove > 0 or -tokens_to_remove > self.length:
-            raise ValueError("a shared-prefix cache crops only its rows' own tokens")
+            raise InvalidArgumentError("a shared-prefix cache crops only its rows' own tokens")
         self.length += tokens_to_remove
 
 
@@ -159,7 +161,7 @@ class SharedPrefixCache(Cache):
         layers = []
         for layer in prompt_cache.layers:
             if layer.keys is None or layer.keys.shape[0] != 1:
-                raise ValueError("the prompt cache must hold one row")
+                raise InvalidArgumentError("the prompt cache must hold one row")
             layers.append(_Layer(layer.keys, layer.values, rows))
         return cls(layers)
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.models import tiny_random_llama
 from hf_fvo.models.cache import cache_argument
 from hf_fvo.models.shared_prefix import SharedPrefixCache, shared_prefix, shared_prefix_supported
@@ -81,5 +82,5 @@ def test_the_prompt_cache_must_hold_one_row():
     model = tiny_random_llama(16)
     cache = DynamicCache()
     _logits(model, torch.zeros(2, 3, dtype=torch.long), cache, False)
-    with pytest.raises(ValueError, match="one row"):
+    with pytest.raises(InvalidArgumentError, match="one row"):
         SharedPrefixCache.from_prompt(cache, rows=4)
