@@ -76,9 +76,11 @@ def main() -> None:
             report = None
             try:
                 if engine == "masked":
-                    out = hf_fvo.generate(model, ids, grammar=grammar, phi="uniform",
+                    res = hf_fvo.generate(model, ids, grammar=grammar, phi="uniform",
                                           do_sample=True, top_k=0,
-                                          max_new_tokens=args.max_new_tokens)  # fmt: skip
+                                          max_new_tokens=args.max_new_tokens,
+                                          return_dict_in_generate=True)  # fmt: skip
+                    out, spec = res.sequences, res.get("speculation")
                 else:
                     res = hf_fvo.generate(model, ids, grammar=grammar,
                                           phi=twist(engine.split("=")[-1]),
@@ -86,7 +88,7 @@ def main() -> None:
                                           do_sample=True,
                                           max_new_tokens=args.max_new_tokens,
                                           return_dict_in_generate=True)  # fmt: skip
-                    out, report = res.sequences, res["particles"][0]
+                    out, report, spec = res.sequences, res["particles"][0], None
                 new, refused = out[0, ids.shape[1] :].tolist(), None
             except (BudgetTooSmallError, BudgetUndecidedError) as exc:  # a refusal
                 new, refused = [], str(exc)
@@ -100,7 +102,14 @@ def main() -> None:
             else:
                 valid, why = validate(row["schema"], tok.decode(body))
                 status = "complete"
-            steps = len(report.ess) if report else len(body) + 1
+            # positions: the longest particle's tokens (a forward may take several)
+            steps = report.positions if report else len(body) + 1
+            if report is not None:
+                per_forward = report.tokens_per_forward
+            elif spec is not None and spec.emitted:  # the masked draw's free grammar drafts
+                per_forward = sum(spec.emitted) / len(spec.emitted)
+            else:
+                per_forward = 1.0 if refused is None else None
             records.append({
                 "engine": engine, "source": row["source"], "name": row["name"],
                 "budget": args.max_new_tokens, "tokens": len(body), "steps": steps,
@@ -110,6 +119,8 @@ def main() -> None:
                 "mean_ess": None if report is None else sum(report.ess) / len(report.ess),
                 "min_ess": None if report is None else report.min_ess,
                 "resamplings": None if report is None else report.resamplings,
+                "tokens_per_forward": per_forward,
+                "forwards": None if report is None else len(report.ess),
                 "phases": None if report is None else dict(report.seconds),
                 "text": tok.decode(body)[:2000],
             })  # fmt: skip
@@ -165,19 +176,22 @@ def table(records: list[dict], args: argparse.Namespace) -> str:
         "*particles*: `hf_fvo.generate(particles=N, phi=twist, do_sample=True)`, one output "
         "drawn from the final weighted set. Validity: `jsonschema` with its format checker "
         "against the original schema. *s/position*: wall seconds over generated positions "
-        "(for particles, the steps until the longest particle ended); *ESS*: the mean over "
+        "(for particles, the longest particle's); *ESS*: the mean over "
         "steps of the effective sample size before resampling, per particle run (median over "
         "runs); *× masked*: the particle run's wall seconds over the masked draw's on the same "
         "schema (median, and the largest); *per position*: the same with each divided by its "
         "generated positions; *floor*: the particle run's forward seconds alone over the masked "
         "draw's wall seconds (what N rows cost the model), and *× floor* the wall time over "
         "its own forward's; *forward / grammar / resampling*: the shares of the particle runs' "
-        "summed wall time.",
+        "summed wall time; *tokens per forward*: per particle and forward it took part in "
+        "(the grammar's spelled-out runs ride along), for the masked draw per target forward "
+        "of its free grammar drafts (median over schemas).",
         "",
         "| engine | outputs | complete | **cut off** | refused | complete and valid "
         "| median s/position | × masked | per position | floor | × floor "
-        "| forward / grammar / resampling | ESS (of N) | min ESS | resamplings |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| forward / grammar / resampling | tokens per forward | ESS (of N) | min ESS "
+        "| resamplings |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = {r["name"]: r for r in records if r["engine"] == "masked" and r["status"] != "refused"}
     for engine in engines:
@@ -208,6 +222,7 @@ def table(records: list[dict], args: argparse.Namespace) -> str:
             f"{count['refused']} | {good}/{count['complete']} | {med(per, '{:.3f}')} | "
             f"{most(wall)} | {most(pos)} | {'—' if masked else most(floor)} | "
             f"{'—' if masked else most(over)} | {'—' if masked else shares} | "
+            f"{med([r.get('tokens_per_forward') for r in live])} | "
             f"{med([r.get('mean_ess') for r in live])} | {med([r.get('min_ess') for r in live])} | "
             f"{med([r.get('resamplings') for r in live], '{:.0f}')} |"
         )

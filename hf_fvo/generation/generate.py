@@ -396,7 +396,7 @@ class _Call:
             found = sample_particles(
                 model, input_ids[r : r + 1, skip:], grammar=self.processor.grammar,
                 particles=self.particles, max_new_tokens=budget, phi=self.processor.estimator,
-                scores=processed(input_ids[r : r + 1, :skip]),
+                scores=processed(input_ids[r : r + 1, :skip]) if others else None,
                 prompt_length=rows.prompt_length - skip,
             )  # fmt: skip
             for j in found.draw(copies).tolist():

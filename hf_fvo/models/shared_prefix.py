@@ -68,53 +68,47 @@ _MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "olmo", "olmo2",
 
 
 class _Layer(DynamicLayer):
-    """One layer: the prompt's keys/values (batch 1) and each row's own (a growing buffer)."""
+    """One layer: the prompt's keys/values (batch 1) and each row's own (a zero-filled buffer
+    that grows by doubling; row r's own tokens are its first ``lengths[r]`` positions)."""
 
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, rows: int) -> None:
         self.is_initialized = True
         self.prefix_keys, self.prefix_values = keys, values  # (1, heads, P, dim)
         self.device = keys.device
         heads, dim = keys.shape[1], keys.shape[3]
-        self._buf_k = keys.new_empty(rows, heads, 16, dim)
-        self._buf_v = values.new_empty(rows, heads, 16, dim)
-        self.length = 0
+        self._buf_k = keys.new_zeros(rows, heads, 16, dim)  # zeros: unwritten slots are finite
+        self._buf_v = values.new_zeros(rows, heads, 16, dim)
 
     @property
-    def keys(self) -> torch.Tensor:  # the rows' own keys (a view of the buffer)
-        return self._buf_k[:, :, : self.length]
+    def keys(self) -> Any:  # the base class's attribute; the rows' keys are in the buffer
+        return self._buf_k
 
     @keys.setter
     def keys(self, value: Any) -> None:  # the base class's constructor sets it
         pass
 
     @property
-    def values(self) -> torch.Tensor:
-        return self._buf_v[:, :, : self.length]
+    def values(self) -> Any:
+        return self._buf_v
 
     @values.setter
     def values(self, value: Any) -> None:
         pass
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        new = key_states.shape[2]
-        need = self.length + new
-        if need > self._buf_k.shape[2]:
-            size = max(need, 2 * self._buf_k.shape[2])
+    def write(self, key_states: torch.Tensor, value_states: torch.Tensor, plan: _Plan) -> None:
+        """Store a forward's new keys/values, packed (1, heads, T, dim) or one block per row
+        (rows, heads, q, dim), at the places ``plan`` gives them."""
+        if plan.longest > self._buf_k.shape[2]:
+            size = max(plan.longest, 2 * self._buf_k.shape[2])
             for name in ("_buf_k", "_buf_v"):
                 old = getattr(self, name)
-                grown = old.new_empty(old.shape[0], old.shape[1], size, old.shape[3])
-                grown[:, :, : self.length] = old[:, :, : self.length]
+                grown = old.new_zeros(old.shape[0], old.shape[1], size, old.shape[3])
+                grown[:, :, : old.shape[2]] = old
                 setattr(self, name, grown)
-        self._buf_k[:, :, self.length : need] = key_states
-        self._buf_v[:, :, self.length : need] = value_states
-        self.length = need
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.prefix_keys.shape[2] + self.length
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.get_seq_length() + query_length, 0
+        k = _packed(key_states, plan).transpose(0, 1)  # (T, heads, dim)
+        v = _packed(value_states, plan).transpose(0, 1)
+        self._buf_k[plan.row, :, plan.slot] = k
+        self._buf_v[plan.row, :, plan.slot] = v
 
     def get_max_length(self) -> int:
         return -1
@@ -124,16 +118,43 @@ class _Layer(DynamicLayer):
         self._buf_k = self._buf_k.index_select(0, index)
         self._buf_v = self._buf_v.index_select(0, index)
 
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove > 0 or -tokens_to_remove > self.length:
-            raise InvalidArgumentError("a shared-prefix cache crops only its rows' own tokens")
-        self.length += tokens_to_remove
+
+class _Plan:
+    """Where a forward's T new tokens go: token t is row ``row[t]``'s own token ``slot[t]``
+    (its position after the prompt), the ``offset[t]``-th of the ``counts[row]`` it brings."""
+
+    def __init__(self, before: torch.Tensor, counts: torch.Tensor) -> None:
+        device = before.device
+        self.before, self.counts = before, counts
+        self.rows = len(counts)
+        self.row = torch.repeat_interleave(torch.arange(self.rows, device=device), counts)
+        starts = torch.cumsum(counts, 0) - counts
+        self.offset = torch.arange(len(self.row), device=device) - starts[self.row]
+        self.slot = before[self.row] + self.offset
+        self.width = int(counts.max())  # most new tokens of a row
+        self.longest = int((before + counts).max())  # longest row after the forward
+        self.uniform = bool((counts == self.width).all())
+
+
+def _packed(states: torch.Tensor, plan: _Plan) -> torch.Tensor:
+    """(heads, T, dim) from a forward's packed (1, heads, T, dim) or per-row
+    (rows, heads, q, dim) states."""
+    if states.shape[0] == 1:
+        return states[0]
+    return states.transpose(0, 1).reshape(states.shape[1], -1, states.shape[3])
 
 
 class SharedPrefixCache(Cache):
     """The cache of N rows that continue one prompt: built from the prompt's ``DynamicCache``
-    (batch 1), it keeps the prompt once and each row's tokens apart. Read it only inside
-    :func:`shared_prefix` (the attention that knows the layout).
+    (batch 1), it keeps the prompt once and each row's tokens apart; rows may hold different
+    numbers of tokens. Read it only inside :func:`shared_prefix` (the attention that knows
+    the layout).
+
+    A forward either gives every row the same number of new tokens (``input_ids`` of shape
+    (rows, q), all rows of equal length) or, after :meth:`pack`, ``counts[r]`` tokens to row
+    r packed in one sequence (shape (1, Σ counts), with the position ids :meth:`pack`
+    returns). Attention masks are not read: a row attends to the prompt and to its own tokens
+    up to its position.
 
     Example:
         >>> import torch
@@ -149,10 +170,20 @@ class SharedPrefixCache(Cache):
         ...                    use_cache=True).logits
         >>> logits.shape[0], cache.get_seq_length()
         (4, 4)
+        >>> positions = cache.pack([1, 3, 1, 2])  # ragged: 7 tokens in one sequence
+        >>> with shared_prefix(model, cache):
+        ...     logits = model(torch.tensor([[8, 9, 10, 11, 12, 13, 14]]), past_key_values=cache,
+        ...                    position_ids=positions, use_cache=True).logits
+        >>> logits.shape[1], cache.lengths.tolist()
+        (7, [2, 4, 2, 3])
     """
 
-    def __init__(self, layers: list[_Layer]) -> None:
+    def __init__(self, layers: list[_Layer], rows: int) -> None:
         super().__init__(layers=layers)
+        self.prompt_length = layers[0].prefix_keys.shape[2]
+        self.lengths = torch.zeros(rows, dtype=torch.long, device=layers[0].device)
+        self._plan: _Plan | None = None  # the forward in progress
+        self._next: _Plan | None = None  # set by pack() for the next forward
 
     @classmethod
     def from_prompt(cls, prompt_cache: Any, rows: int) -> SharedPrefixCache:
@@ -163,16 +194,87 @@ class SharedPrefixCache(Cache):
             if layer.keys is None or layer.keys.shape[0] != 1:
                 raise InvalidArgumentError("the prompt cache must hold one row")
             layers.append(_Layer(layer.keys, layer.values, rows))
-        return cls(layers)
+        if not layers:
+            raise InvalidArgumentError("the prompt cache is empty")
+        return cls(layers, rows)
+
+    def pack(self, counts: Any) -> torch.Tensor:
+        """Make the next forward a packed one: ``counts[r]`` ≥ 1 new tokens for row r, rows
+        in order in one sequence. Returns its position ids, shape (1, Σ counts)."""
+        counts = torch.as_tensor(counts, dtype=torch.long, device=self.lengths.device)
+        if counts.dim() != 1 or len(counts) != len(self.lengths) or bool((counts < 1).any()):
+            raise InvalidArgumentError(
+                f"pack needs one count ≥ 1 per row ({len(self.lengths)} rows), got "
+                f"{counts.tolist()}"
+            )
+        self._next = _Plan(self.lengths, counts)
+        return (self.prompt_length + self._next.slot)[None]
+
+    def trim(self, lengths: Any) -> None:
+        """Keep each row's first ``lengths[r]`` own tokens (drop rejected speculation)."""
+        lengths = torch.as_tensor(lengths, dtype=torch.long, device=self.lengths.device)
+        if lengths.shape != self.lengths.shape or bool(
+            ((lengths < 0) | (lengths > self.lengths)).any()
+        ):
+            raise InvalidArgumentError("trim keeps between 0 and each row's length of its tokens")
+        self.lengths = lengths
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        if layer_idx == 0:
+            self._begin(key_states)
+        plan = self._plan
+        assert plan is not None
+        layer = self.layers[layer_idx]
+        layer.write(key_states, value_states, plan)
+        if layer_idx == len(self.layers) - 1:
+            self.lengths = self.lengths + plan.counts
+        return key_states, value_states
+
+    def _begin(self, key_states: torch.Tensor) -> None:
+        """The plan of the forward that starts: :meth:`pack`'s, or one block per row."""
+        plan, self._next = self._next, None
+        if plan is None:
+            rows, q = key_states.shape[0], key_states.shape[2]
+            if rows != len(self.lengths):
+                raise InvalidArgumentError(
+                    f"a forward of {rows} rows on a cache of {len(self.lengths)}: pass one row "
+                    "per cache row, or pack() a ragged step"
+                )
+            if bool((self.lengths != self.lengths[0]).any()):
+                raise InvalidArgumentError("rows of unequal lengths take a pack()ed forward")
+            plan = _Plan(self.lengths, torch.full_like(self.lengths, q))
+        elif key_states.shape[0] != 1 or key_states.shape[2] != len(plan.row):
+            raise InvalidArgumentError(
+                f"the packed forward must hold {len(plan.row)} tokens in one row"
+            )
+        self._plan = plan
 
     def prefix(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
         layer = self.layers[layer_idx]
         return layer.prefix_keys, layer.prefix_values
 
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.prompt_length + int(self.lengths.max()) if len(self.lengths) else 0
+
+    def get_mask_sizes(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        query = args[0] if args else kwargs.get("query_length", 1)
+        query = query if isinstance(query, int) else int(query.shape[0])
+        return self.get_seq_length() + query, 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last ``-tokens_to_remove`` tokens of every row (Transformers' convention:
+        a negative count), never the prompt's."""
+        if tokens_to_remove > 0 or bool((self.lengths < -tokens_to_remove).any()):
+            raise InvalidArgumentError("a shared-prefix cache crops only its rows' own tokens")
+        self.lengths = self.lengths + tokens_to_remove
+
     def reorder_cache(self, index: torch.Tensor) -> None:
         """Rows ``index`` (resampled particles: the prompt is untouched)."""
+        index = torch.as_tensor(index, dtype=torch.long)
         for layer in self.layers:
             layer.reorder_cache(index)
+        self.lengths = self.lengths.index_select(0, index.to(self.lengths.device))
 
 
 @contextlib.contextmanager
@@ -199,11 +301,16 @@ def _register() -> None:
     if _REGISTERED:
         return
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     AttentionInterface.register(NAME, _attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    AttentionMaskInterface.register(NAME, _no_mask)
     _REGISTERED = True
+
+
+def _no_mask(*args: Any, **kwargs: Any) -> None:
+    """The attention below builds its pattern from the cache's plan: no mask is made."""
+    return None
 
 
 def _attention(
@@ -216,41 +323,58 @@ def _attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Attention of N rows' queries (N, H, q, d) to the shared prompt's keys and to each row's
-    own (``key``, ``value``: (N, kvH, t, d), the new tokens included), with one softmax over
-    both. ``attention_mask`` (bool or additive, over prompt + own keys) applies to both parts."""
+    """Attention of the forward's new tokens (packed (1, H, T, d) or per row (N, H, q, d)) to
+    the shared prompt and to their row's own tokens up to their position, as one softmax: the
+    prompt part in one product of every query with the single copy, the own part per row,
+    joined by their maxima and sums (as flash attention joins blocks)."""
     cache = _ACTIVE.get()
-    if cache is None:
+    if cache is None or cache._plan is None:
         raise RuntimeError("the shared-prefix attention ran outside shared_prefix()")
-    pk, pv = cache.prefix(module.layer_idx)
-    rows, heads, q, dim = query.shape
-    kv_heads = key.shape[1]
+    plan = cache._plan
+    layer = cache.layers[module.layer_idx]
+    pk, pv = layer.prefix_keys[0], layer.prefix_values[0]  # (kvH, P, d)
+    heads, dim = query.shape[1], query.shape[3]
+    kv_heads = pk.shape[0]
     group = heads // kv_heads
     scale = dim**-0.5 if scaling is None else scaling
-    plen, own = pk.shape[2], key.shape[2]
-    # the prompt: every row's queries of a key head in one product with the single copy
-    qp = query.reshape(rows, kv_heads, group * q, dim).transpose(0, 1)  # (kvH, N, gq, d)
-    qp = qp.reshape(kv_heads, rows * group * q, dim)
-    s_prompt = torch.matmul(qp, pk[0].transpose(1, 2))  # (kvH, N·gq, P)
-    s_prompt = s_prompt.reshape(kv_heads, rows, group * q, plen).transpose(0, 1)
-    qs = query.reshape(rows, kv_heads, group * q, dim)
-    s_own = torch.matmul(qs, key.transpose(2, 3))  # (N, kvH, gq, t)
-    scores = torch.cat([s_prompt, s_own], dim=-1).float() * scale
-    scores = scores.reshape(rows, heads, q, plen + own)
-    if attention_mask is not None:
-        mask = attention_mask[..., -(plen + own) :]
-        if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        else:
-            scores = scores + mask
-    elif q > 1:  # causal among the new queries (the last q of all keys)
-        width = plen + own
-        visible = torch.ones(q, width, dtype=torch.bool, device=query.device).tril(width - q)
-        scores = scores.masked_fill(~visible, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).to(query.dtype)
-    weights = weights.reshape(rows, kv_heads, group * q, plen + own)
-    w_prompt = weights[..., :plen].transpose(0, 1).reshape(kv_heads, rows * group * q, plen)
-    out = torch.matmul(w_prompt, pv[0]).reshape(kv_heads, rows, group * q, dim).transpose(0, 1)
-    out = out + torch.matmul(weights[..., plen:], value)
-    out = out.reshape(rows, heads, q, dim).transpose(1, 2).contiguous()
-    return out, None
+    q = _packed(query, plan)  # (H, T, d)
+    tokens = q.shape[1]
+    # the prompt: every new token's queries of a key head in one product with the single copy
+    s_p = torch.matmul(q.reshape(kv_heads, group * tokens, dim), pk.transpose(1, 2)).float()
+    s_p = s_p * scale  # (kvH, g·T, P)
+    m_p = s_p.amax(-1, keepdim=True)
+    e_p = torch.exp(s_p - m_p)
+    sum_p = e_p.sum(-1, keepdim=True)
+    out_p = torch.matmul(e_p.to(pv.dtype), pv).float()  # (kvH, g·T, d)
+    # the rows' own tokens: queries laid out per row (rows, H, width, d), causal by position
+    rows, width, own = plan.rows, plan.width, plan.longest
+    if plan.uniform:
+        qr = q.reshape(heads, rows, width, dim)
+    else:
+        qr = q.new_zeros(heads, rows * width, dim)
+        qr[:, plan.row * width + plan.offset] = q
+        qr = qr.reshape(heads, rows, width, dim)
+    qr = qr.reshape(kv_heads, group, rows, width, dim).permute(2, 0, 1, 3, 4)
+    qr = qr.reshape(rows, kv_heads, group * width, dim)
+    keys, values = layer._buf_k[:, :, :own], layer._buf_v[:, :, :own]
+    s_o = torch.matmul(qr, keys.transpose(2, 3)).float() * scale  # (rows, kvH, g·width, own)
+    s_o = s_o.reshape(rows, kv_heads, group, width, own)
+    last = plan.before[:, None] + torch.arange(width, device=q.device)
+    visible = torch.arange(own, device=q.device) <= last[:, :, None]  # (rows, width, own)
+    s_o = s_o.masked_fill(~visible[:, None, None], float("-inf"))
+    m_o = s_o.amax(-1, keepdim=True)  # finite: a row's own first key is always visible
+    e_o = torch.exp(s_o - m_o)
+    sum_o = e_o.sum(-1, keepdim=True)
+    e_o = e_o.reshape(rows, kv_heads, group * width, own).to(values.dtype)
+    out_o = torch.matmul(e_o, values).float().reshape(rows, kv_heads, group, width, dim)
+    # back to the packed order (kvH, g, T, ·), then the two parts joined
+    pick = (plan.row, slice(None), slice(None), plan.offset)
+    m_o, sum_o, out_o = (x[pick].permute(1, 2, 0, 3) for x in (m_o, sum_o, out_o))
+    m_p, sum_p, out_p = (x.reshape(kv_heads, group, tokens, -1) for x in (m_p, sum_p, out_p))
+    top = torch.maximum(m_p, m_o)
+    a, b = torch.exp(m_p - top), torch.exp(m_o - top)
+    out = (out_p * a + out_o * b) / (sum_p * a + sum_o * b)  # (kvH, g, T, d)
+    out = out.reshape(heads, tokens, dim).to(query.dtype)
+    if query.shape[0] == 1:
+        return out.transpose(0, 1)[None], None  # (1, T, H, d)
+    return out.reshape(heads, rows, width, dim).permute(1, 2, 0, 3), None  # (rows, q, H, d)
