@@ -6,13 +6,19 @@ and the ``custom_generate`` folder for ``model.generate``."""
 from hf_fvo.generation.drafts import GrammarCandidateGenerator, GrammarProposals, SpeculationStats
 from hf_fvo.generation.generate import generate
 from hf_fvo.generation.hub import CUSTOM_GENERATE
-from hf_fvo.generation.particles import ParticleReport, ParticleSet, sample_particles
+from hf_fvo.generation.particles import (
+    AutoParticles,
+    ParticleReport,
+    ParticleSet,
+    sample_particles,
+)
 from hf_fvo.generation.processors import FVOLogitsProcessor, GrammarLogitsProcessor
 from hf_fvo.generation.speculative import GrammarAwareCandidateGenerator
 from hf_fvo.generation.tracker import RowTracker
 
 __all__ = [
     "CUSTOM_GENERATE",
+    "AutoParticles",
     "FVOLogitsProcessor",
     "GrammarAwareCandidateGenerator",
     "GrammarCandidateGenerator",

@@ -31,7 +31,12 @@ from hf_fvo.generation.drafts import (
 )
 from hf_fvo.generation.loops import assisted_decoding, decoding_loop, why_not_assisted
 from hf_fvo.generation.mode import DecodingRequest, decoding_mode
-from hf_fvo.generation.particles import ParticleReport, sample_particles
+from hf_fvo.generation.particles import (
+    AutoParticles,
+    ParticleReport,
+    auto_particles,
+    sample_particles,
+)
 from hf_fvo.generation.processors import FVOLogitsProcessor, vocabulary_mismatch
 from hf_fvo.generation.speculative import GrammarAwareCandidateGenerator, model_vocab_size
 from hf_fvo.generation.tracker import left_padding
@@ -70,7 +75,7 @@ def generate(
     blind_draft: bool = False,
     num_assistant_tokens: int | None = None,
     grammar_draft: bool | None = None,
-    particles: int | None = None,
+    particles: int | str | AutoParticles | None = None,
     check_tries: int = 8,
     **generate_kwargs: Any,
 ) -> Any:
@@ -125,7 +130,10 @@ def generate(
             masked proposal); Φ̂ decides how many particles suffice. Needs ``do_sample=True``;
             not with a draft model, beams or per-step outputs. p_t is the model's law after the
             call's other processors (temperature, top-k…, penalties). A particle that fails
-            the grammar's final check (:attr:`Grammar.checked`) gets weight 0.
+            the grammar's final check (:attr:`Grammar.checked`) gets weight 0. ``"auto"``
+            (or an :class:`~hf_fvo.generation.particles.AutoParticles`): runs of 8, 16, …
+            particles, pooled, until their smallest effective sample sizes add up to 8
+            (at most 128 particles in one run); the report's ``runs`` say what ran.
         check_tries: Draws per returned sequence when the grammar leaves constraints to a final
             check (:attr:`Grammar.checked`; ``uniqueItems`` over unbounded items, say): an
             output that fails it is redrawn from its prompt, so each sequence is a draw of
@@ -202,13 +210,13 @@ def _generate(
     blind_draft: bool,
     num_assistant_tokens: int | None,
     grammar_draft: bool | None,
-    particles: int | None,
+    particles: int | AutoParticles | None,
     **generate_kwargs: Any,
 ) -> Any:
     """:func:`generate` without the redraws of a final check."""
     _check_flags(assistant_model, draft_phi, blind_draft, num_assistant_tokens, grammar_draft)
     if particles is not None:
-        particles = check_int("particles", particles, minimum=1)
+        particles = auto_particles(particles)
         _check_particles(assistant_model, grammar_draft, generate_kwargs)
         config = generate_kwargs.get("generation_config") or getattr(
             model, "generation_config", None
@@ -283,7 +291,7 @@ class _Call:
         streamer: Any,
         assistant_model: Any,
         draft_kwargs: dict[str, Any],
-        particles: int | None = None,
+        particles: int | str | AutoParticles | None = None,
     ) -> None:
         self.processor = processor
         self.particles = particles

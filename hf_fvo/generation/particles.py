@@ -48,7 +48,13 @@ from hf_fvo.models.cache import cache_argument
 from hf_fvo.models.shared_prefix import SharedPrefixCache, shared_prefix, shared_prefix_supported
 from hf_fvo.phi import PhiContext, PhiEstimator, make_estimator
 
-__all__ = ["ParticleReport", "ParticleSet", "effective_sample_size", "sample_particles"]
+__all__ = [
+    "AutoParticles",
+    "ParticleReport",
+    "ParticleSet",
+    "effective_sample_size",
+    "sample_particles",
+]
 
 Scores = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Key = tuple[int, int | None]  # a grammar state's id and the remaining budget
@@ -79,6 +85,8 @@ class ParticleReport:
         tokens_per_forward: Tokens a particle took per forward it was in (above 1 where
             the runs the grammar spells out were scored in the forward before them).
         positions: The new tokens of the longest particle (EOS included).
+        runs: With ``particles="auto"``, each run's own report (the N it chose: their sum);
+            the pooled report's ``ess`` is the runs' traces one after another.
     """
 
     particles: int
@@ -88,10 +96,14 @@ class ParticleReport:
     seconds: tuple[tuple[str, float], ...] = ()
     tokens_per_forward: float = 1.0
     positions: int = 0
+    runs: tuple[ParticleReport, ...] = ()
 
     @property
     def min_ess(self) -> float:
-        """The smallest effective sample size over the steps (N when none was taken)."""
+        """The smallest effective sample size over the steps (N when none was taken); for
+        pooled runs (``particles="auto"``) the sum of the runs' smallest."""
+        if self.runs:
+            return sum(run.min_ess for run in self.runs)
         return min(self.ess, default=float(self.particles))
 
 
@@ -113,6 +125,84 @@ class ParticleSet:
         """Indices of ``count`` particles drawn with replacement by weight."""
         probs = self.log_weights.exp()
         return torch.multinomial(probs, count, replacement=True, generator=generator)
+
+
+@dataclass(frozen=True)
+class AutoParticles:
+    """How ``particles="auto"`` chooses N: independent runs of ``start``, 2·``start``, …
+    particles are pooled (each run's particles weighted by its N·Ẑ, so the pool targets μ*_B
+    as each run does) until the runs' smallest effective sample sizes add up to
+    ``min_ess``, the next run would pass ``largest`` particles, or (with ``seconds``) the
+    next run, guessed at twice the last, would end after that many seconds.
+
+    Example:
+        >>> import torch
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.generation.particles import AutoParticles, sample_particles
+        >>> from hf_fvo.models import load_default_tokenizer, tiny_random_llama
+        >>> tok = load_default_tokenizer()
+        >>> g = Grammar.from_choices(["yes", "no"], tok)
+        >>> model = tiny_random_llama(len(tok))
+        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> out = sample_particles(model, torch.tensor([[1]]), grammar=g, max_new_tokens=4,
+        ...                        particles=AutoParticles(min_ess=4, start=2))
+        >>> sizes = [run.particles for run in out.report.runs]  # 2, 4, 8… until enough
+        >>> sizes[:2], out.report.particles == sum(sizes), out.report.min_ess >= 4
+        ([2, 4], True, True)
+    """
+
+    min_ess: float = 8.0
+    start: int = 8
+    largest: int = 128
+    seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        check_int("start", self.start, minimum=1)
+        check_int("largest", self.largest, minimum=self.start)
+        if not isinstance(self.min_ess, (int, float)) or not self.min_ess > 0:
+            raise InvalidArgumentError(f"min_ess must be positive, got {self.min_ess!r}")
+        if self.seconds is not None and not (
+            isinstance(self.seconds, (int, float)) and self.seconds > 0
+        ):
+            raise InvalidArgumentError(f"seconds must be positive, got {self.seconds!r}")
+
+
+def auto_particles(particles: Any) -> int | AutoParticles:
+    """``particles`` checked: N ≥ 1, ``"auto"`` (the default :class:`AutoParticles`) or an
+    :class:`AutoParticles`."""
+    if particles == "auto":
+        return AutoParticles()
+    if isinstance(particles, AutoParticles):
+        return particles
+    if isinstance(particles, str):
+        raise InvalidArgumentError(f'particles must be an int ≥ 1 or "auto", got {particles!r}')
+    return check_int("particles", particles, minimum=1)
+
+
+def _pooled(runs: list[ParticleSet]) -> ParticleSet:
+    """Independent runs' particles in one set: particle i of run r weighs N_r·Ẑ_r·W_r^i."""
+    log_w = torch.cat([
+        run.log_weights + run.report.log_z + math.log(run.report.particles) for run in runs
+    ])  # fmt: skip
+    log_z = torch.logsumexp(log_w, 0).item() - math.log(sum(r.report.particles for r in runs))
+    width = max(run.sequences.shape[1] for run in runs)
+    sequences = torch.cat([
+        torch.nn.functional.pad(run.sequences, (0, width - run.sequences.shape[1]),
+                                value=int(run.sequences[0, -1]))
+        for run in runs
+    ])  # fmt: skip
+    reports = tuple(run.report for run in runs)
+    total = sum(r.particles for r in reports)
+    phases = {name: sum(dict(r.seconds).get(name, 0.0) for r in reports)
+              for name, _ in reports[0].seconds}  # fmt: skip
+    report = ParticleReport(
+        particles=total, log_z=log_z, ess=tuple(e for r in reports for e in r.ess),
+        resamplings=sum(r.resamplings for r in reports), seconds=tuple(phases.items()),
+        tokens_per_forward=sum(r.tokens_per_forward * r.particles for r in reports) / total,
+        positions=max(r.positions for r in reports), runs=reports,
+    )  # fmt: skip
+    return ParticleSet(sequences, log_w - torch.logsumexp(log_w, 0), report)
 
 
 def effective_sample_size(log_weights: torch.Tensor) -> float:
@@ -147,7 +237,7 @@ def sample_particles(
     input_ids: torch.Tensor,
     *,
     grammar: Grammar,
-    particles: int,
+    particles: int | str | AutoParticles,
     max_new_tokens: int,
     phi: str | PhiEstimator = "uniform",
     scores: Scores | None = None,
@@ -160,7 +250,8 @@ def sample_particles(
         model: A Transformers causal LM (a ``DynamicCache`` model; Markov LMs included).
         input_ids: The prompt, shape (1, L): one row, no padding.
         grammar: The compiled grammar.
-        particles: N ≥ 1.
+        particles: N ≥ 1, or ``"auto"`` / an :class:`AutoParticles`: runs of growing N
+            pooled until their particles suffice (what was run: ``report.runs``).
         max_new_tokens: The budget B (EOS counted): every particle ends inside L_B.
         phi: The twist Φ̂: an estimator name or instance (``"uniform"``: the masked proposal).
         scores: ``scores(input_ids, logits) -> logits`` applied before p_t is taken (the
@@ -199,7 +290,22 @@ def sample_particles(
         1.0
     """
     require_grammar(grammar)
-    n = check_int("particles", particles, minimum=1)
+    n = auto_particles(particles)
+    if isinstance(n, AutoParticles):
+        t0, runs, size = time.perf_counter(), [], n.start
+        while True:
+            t1 = time.perf_counter()
+            runs.append(sample_particles(model, input_ids, grammar=grammar, particles=size,
+                                         max_new_tokens=max_new_tokens, phi=phi, scores=scores,
+                                         ess_threshold=ess_threshold,
+                                         prompt_length=prompt_length))  # fmt: skip
+            last = time.perf_counter() - t1
+            size *= 2
+            if sum(run.report.min_ess for run in runs) >= n.min_ess or size > n.largest:
+                break
+            if n.seconds is not None and time.perf_counter() - t0 + 2 * last > n.seconds:
+                break
+        return _pooled(runs)
     budget = check_int("max_new_tokens", max_new_tokens, minimum=1)
     if not isinstance(ess_threshold, (int, float)) or not 0.0 <= ess_threshold <= 1.0:
         raise InvalidArgumentError(f"ess_threshold must lie in [0, 1], got {ess_threshold!r}")
@@ -482,7 +588,11 @@ def _spelled(
             break
         token = ids[0]
         if len(ids) > 1:
-            if not _CHAINS or texts is None or any(i >= len(texts) or texts[i] is None for i in ids):
+            if (
+                not _CHAINS
+                or texts is None
+                or any(i >= len(texts) or texts[i] is None for i in ids)
+            ):
                 break
             token = max(ids, key=lambda i: (len(texts[i]), -i))
             if not all(texts[token].startswith(texts[i]) for i in ids):

@@ -123,17 +123,19 @@ class _Plan:
     """Where a forward's T new tokens go: token t is row ``row[t]``'s own token ``slot[t]``
     (its position after the prompt), the ``offset[t]``-th of the ``counts[row]`` it brings."""
 
-    def __init__(self, before: torch.Tensor, counts: torch.Tensor) -> None:
+    def __init__(self, before: torch.Tensor, counts: list[int]) -> None:
         device = before.device
-        self.before, self.counts = before, counts
+        self.before = before
+        self.counts = torch.tensor(counts, dtype=torch.long, device=device)
         self.rows = len(counts)
-        self.row = torch.repeat_interleave(torch.arange(self.rows, device=device), counts)
-        starts = torch.cumsum(counts, 0) - counts
-        self.offset = torch.arange(len(self.row), device=device) - starts[self.row]
+        rows = [r for r, c in enumerate(counts) for _ in range(c)]
+        offsets = [j for c in counts for j in range(c)]
+        self.row = torch.tensor(rows, dtype=torch.long, device=device)
+        self.offset = torch.tensor(offsets, dtype=torch.long, device=device)
         self.slot = before[self.row] + self.offset
-        self.width = int(counts.max())  # most new tokens of a row
-        self.longest = int((before + counts).max())  # longest row after the forward
-        self.uniform = bool((counts == self.width).all())
+        self.width = max(counts)  # most new tokens of a row
+        self.longest = int((before + self.counts).max())  # longest row after the forward
+        self.uniform = min(counts) == self.width
 
 
 def _packed(states: torch.Tensor, plan: _Plan) -> torch.Tensor:
@@ -201,11 +203,10 @@ class SharedPrefixCache(Cache):
     def pack(self, counts: Any) -> torch.Tensor:
         """Make the next forward a packed one: ``counts[r]`` ≥ 1 new tokens for row r, rows
         in order in one sequence. Returns its position ids, shape (1, Σ counts)."""
-        counts = torch.as_tensor(counts, dtype=torch.long, device=self.lengths.device)
-        if counts.dim() != 1 or len(counts) != len(self.lengths) or bool((counts < 1).any()):
+        counts = [int(c) for c in counts]
+        if len(counts) != len(self.lengths) or min(counts, default=0) < 1:
             raise InvalidArgumentError(
-                f"pack needs one count ≥ 1 per row ({len(self.lengths)} rows), got "
-                f"{counts.tolist()}"
+                f"pack needs one count ≥ 1 per row ({len(self.lengths)} rows), got {counts}"
             )
         self._next = _Plan(self.lengths, counts)
         return (self.prompt_length + self._next.slot)[None]
@@ -243,7 +244,7 @@ class SharedPrefixCache(Cache):
                 )
             if bool((self.lengths != self.lengths[0]).any()):
                 raise InvalidArgumentError("rows of unequal lengths take a pack()ed forward")
-            plan = _Plan(self.lengths, torch.full_like(self.lengths, q))
+            plan = _Plan(self.lengths, [q] * rows)
         elif key_states.shape[0] != 1 or key_states.shape[2] != len(plan.row):
             raise InvalidArgumentError(
                 f"the packed forward must hold {len(plan.row)} tokens in one row"
