@@ -46,11 +46,13 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/hf_fvo_particles")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     ap.add_argument("--overlap", action="store_true", help="next masks in a thread")
+    ap.add_argument("--runs", default="8", help="most spelled-out tokens fed per forward, a "
+                    "comma list (each its own row; 0: none)")  # fmt: skip
     args = ap.parse_args()
-    if args.overlap:
-        import hf_fvo.generation.particles as particles
+    import hf_fvo.generation.particles as particles
 
-        particles._OVERLAP = True
+    particles._OVERLAP = args.overlap
+    runs = [int(r) for r in str(args.runs).split(",")]
 
     twists = args.phi.split(",")
     counts = [int(n) for n in str(args.particles).split(",")]
@@ -69,9 +71,11 @@ def main() -> None:
     records = []
     for k, (row, grammar) in enumerate(chosen):
         ids = prompt_ids(tok, row["schema"]).to(args.device)
-        engines = ["masked"] + [f"particles={n}, phi={t}" for n in counts for t in twists]
+        engines = ["masked"] + [f"particles={n}, phi={t}" + (f", runs={r}" if len(runs) > 1 else "")
+                                for n in counts for t in twists for r in runs]  # fmt: skip
         for engine in engines:
             torch.manual_seed(1000 + k)
+            particles._MAX_RUN = int(engine.split("runs=")[1]) if "runs=" in engine else runs[0]
             t0 = time.perf_counter()
             report = None
             try:
@@ -83,7 +87,7 @@ def main() -> None:
                     out, spec = res.sequences, res.get("speculation")
                 else:
                     res = hf_fvo.generate(model, ids, grammar=grammar,
-                                          phi=twist(engine.split("=")[-1]),
+                                          phi=twist(engine.split("phi=")[1].split(",")[0]),
                                           particles=int(engine.split(",")[0].split("=")[1]),
                                           do_sample=True,
                                           max_new_tokens=args.max_new_tokens,
@@ -141,8 +145,9 @@ def main() -> None:
 
 
 def tag(args: argparse.Namespace) -> str:
-    """The particle counts in a file name (``8+32``)."""
-    return str(args.particles).replace(",", "+")
+    """The particle counts (and run lengths, if several) in a file name (``8+32``)."""
+    runs = "" if "," not in str(args.runs) else "-runs" + str(args.runs).replace(",", "+")
+    return str(args.particles).replace(",", "+") + runs
 
 
 def twist(name: str):

@@ -134,3 +134,19 @@ def test_auto_particles_stop_at_the_largest_run_and_refuse_bad_settings(setting)
     with pytest.raises(InvalidArgumentError, match="auto"):
         sample_particles(model, torch.tensor([[BOS]]), grammar=grammar, max_new_tokens=BUDGET,
                          particles="many")  # fmt: skip
+
+
+def test_generate_takes_particles_auto_and_reports_the_runs(setting):
+    """``hf_fvo.generate(particles="auto")`` samples members and reports, per output, the runs
+    it pooled (8, 16, … particles: the defaults of AutoParticles)."""
+    import hf_fvo
+
+    model, grammar, star, _ = setting
+    torch.manual_seed(0)
+    out = hf_fvo.generate(model, torch.tensor([[BOS]]), grammar=grammar, particles="auto",
+                          do_sample=True, max_new_tokens=BUDGET, pad_token_id=EOS,
+                          return_dict_in_generate=True)  # fmt: skip
+    row = out.sequences[0, 1:].tolist()
+    assert tuple(row[: row.index(EOS) + 1]) in star.probs
+    sizes = [run.particles for run in out["particles"][0].runs]
+    assert sizes[0] == 8 and sizes == [8 * 2**k for k in range(len(sizes))]
