@@ -34,7 +34,7 @@ WEIGHTS = Path(__file__).resolve().parents[1] / "hf_fvo" / "phi" / "weights"
 
 def main() -> None:
     import hf_fvo
-    from hf_fvo.errors import BudgetTooSmallError, BudgetUndecidedError
+    from hf_fvo.errors import BudgetTooSmallError, BudgetUndecidedError, CheckFailedError
     from hf_fvo.models import load_default_model, load_default_tokenizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -46,6 +46,8 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/hf_fvo_particles")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     ap.add_argument("--overlap", action="store_true", help="next masks in a thread")
+    ap.add_argument("--resume", action="store_true", help="keep the schemas --out's progress "
+                    "file finished, run the rest")  # fmt: skip
     ap.add_argument("--runs", default="8", help="most spelled-out tokens fed per forward, a "
                     "comma list (each its own row; 0: none)")  # fmt: skip
     args = ap.parse_args()
@@ -63,13 +65,21 @@ def main() -> None:
     eos = set(tok.convert_tokens_to_ids([tok.eos_token]))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     progress = Path(args.out) / f"progress-{tag(args)}-{args.max_new_tokens}.jsonl"
-    progress.write_text("")
+    done = []  # --resume: the records of an interrupted run, their schemas skipped
+    if args.resume and progress.exists():
+        done = [json.loads(line) for line in progress.open()]
+        finished = {r["name"] for r in done}  # (a schema's last engine may be missing)
+        finished -= {done[-1]["name"]} if done else set()
+        done = [r for r in done if r["name"] in finished]
+    progress.write_text("".join(json.dumps(r) + "\n" for r in done))
     if args.device != "cpu":  # the first CUDA call pays for kernels and handles: not timed
         first = prompt_ids(tok, chosen[0][0]["schema"]).to(args.device)
         hf_fvo.generate(model, first, grammar=chosen[0][1], do_sample=True, top_k=0,
                         max_new_tokens=32)  # fmt: skip
-    records = []
+    records = list(done)
     for k, (row, grammar) in enumerate(chosen):
+        if any(r["name"] == row["name"] for r in done):
+            continue
         ids = prompt_ids(tok, row["schema"]).to(args.device)
         engines = ["masked"] + [f"particles={n}, phi={t}" + (f", runs={r}" if len(runs) > 1 else "")
                                 for n in counts for t in twists for r in runs]  # fmt: skip
@@ -94,7 +104,7 @@ def main() -> None:
                                           return_dict_in_generate=True)  # fmt: skip
                     out, report, spec = res.sequences, res["particles"][0], None
                 new, refused = out[0, ids.shape[1] :].tolist(), None
-            except (BudgetTooSmallError, BudgetUndecidedError) as exc:  # a refusal
+            except (BudgetTooSmallError, BudgetUndecidedError, CheckFailedError) as exc:  # refused
                 new, refused = [], str(exc)
             seconds = time.perf_counter() - t0
             end = next((i for i, t in enumerate(new) if t in eos), None)

@@ -84,7 +84,8 @@ class ParticleReport:
             weights), ``resampling`` (indices, copies, the cache's rows).
         tokens_per_forward: Tokens a particle took per forward it was in (above 1 where
             the runs the grammar spells out were scored in the forward before them).
-        positions: The new tokens of the longest particle (EOS included).
+        positions: The most new tokens any particle held (EOS included; a particle
+            dropped by a resampling counts): the run lasted that many positions.
         runs: With ``particles="auto"``, each run's own report (the N it chose: their sum);
             the pooled report's ``ess`` is the runs' traces one after another.
     """
@@ -342,6 +343,7 @@ def sample_particles(
     prev = torch.zeros(n, dtype=torch.float64)  # log Φ̂_{t−1}(x_{t−1})
     log_z, ess_trace, resamplings = 0.0, [], 0
     tokens_out, row_forwards = 0, 0
+    furthest = len(given)  # the most tokens any particle has held (the run lasts that long)
     failed: list[str] = []  # what the final check said of particles it gave weight 0
     pending: _Masks | None = None  # the next step's masks, prepared during the forward
     sets: _Sets | None = None  # the sets asked while the runs were spelled out
@@ -386,6 +388,7 @@ def sample_particles(
                         break
                     tokens_out += 1
                     generated[i] += (y,)
+                    furthest = max(furthest, len(generated[i]))
                     log_w[i] += z - prev[i]
                     prev[i] = log_phi_y
                     if y in eos:
@@ -458,9 +461,8 @@ def sample_particles(
         )
     log_z += torch.logsumexp(log_w, 0).item() - math.log(n)
     norm = log_w - torch.logsumexp(log_w, 0)
-    longest = max(len(g) for g in generated) - len(given)
     report = ParticleReport(n, log_z, tuple(ess_trace), resamplings, clock.seconds(),
-                            tokens_out / max(row_forwards, 1), longest)  # fmt: skip
+                            tokens_out / max(row_forwards, 1), furthest - len(given))  # fmt: skip
     width = max(len(g) + (not g or g[-1] not in eos) for g in generated)  # each ends in EOS
     sequences = torch.tensor(
         [[*prompt, *g] + [eos[0]] * (width - len(g)) for g in generated], device=device

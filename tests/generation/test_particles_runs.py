@@ -73,6 +73,7 @@ def test_runs_scored_in_one_forward_keep_particles_on_mu_star(monkeypatch, setti
     assert empirical_tv(outputs, star) <= p99
     assert max(r.tokens_per_forward for r in reports) > 1.0
     assert (sum(rejected) > 0) == chains
+    assert all(len(r.ess) <= r.positions <= BUDGET for r in reports)  # forwards ≤ positions
 
 
 @pytest.mark.parametrize("chains", [False, True])
