@@ -329,7 +329,7 @@ def sample_particles(
     texts = None if vocab is None else vocab.token_bytes
     with clock("forward"):
         forward = _Forward(model, n)
-        first = forward(input_ids)
+        first = forward.prompt(input_ids)
     # spelled-out runs ride along with the next forward (masked proposal, packed cache only)
     ahead_max = _MAX_RUN if estimator.is_masking and scores is None and forward.shared else 0
     generated: list[tuple[int, ...]] = [given] * n
@@ -814,11 +814,11 @@ def _proposal(
 class _Forward:
     """The next-token logits of N particles continuing one prompt, through their cache.
 
-    The first call takes the prompt (one row); later calls the live particles' last tokens,
-    one row each, in the order :meth:`keep` last set. Where the model allows
+    :meth:`prompt` runs the prompt (one row); :meth:`step` then the live particles' tokens,
+    in the order :meth:`keep` last set. Where the model allows
     (:func:`~hf_fvo.models.shared_prefix.shared_prefix_supported`), the prompt's keys and
-    values are kept once for all rows (:class:`SharedPrefixCache`); otherwise a
-    ``DynamicCache`` is repeated N times."""
+    values are kept once for all rows (:class:`SharedPrefixCache`) and a step may feed a row
+    several tokens; otherwise a ``DynamicCache`` is repeated N times, one token per row."""
 
     def __init__(self, model: Any, rows: int) -> None:
         from transformers import DynamicCache
@@ -827,38 +827,32 @@ class _Forward:
         self.cache: Any = DynamicCache()
         self.name = next(iter(cache_argument(model, None)))
         self.shared = shared_prefix_supported(model)
-        self.started = False
 
-    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+    def prompt(self, ids: torch.Tensor) -> torch.Tensor:
+        """The logits after the prompt ``ids`` (1, L), shape (1, V); the cache then holds N
+        rows continuing it."""
         with torch.no_grad():
-            if not self.started:
-                logits = self._run(ids)
-                self.started = True
-                if self.shared:
-                    self.cache = SharedPrefixCache.from_prompt(self.cache, self.rows)
-                else:
-                    self.cache.batch_repeat_interleave(self.rows)
-                return logits
-            if self.shared:
-                with shared_prefix(self.model, self.cache):
-                    return self._run(ids)
-            return self._run(ids)
-
-    def _run(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model(ids, use_cache=True, **{self.name: self.cache}).logits[:, -1]
+            logits = self.model(ids, use_cache=True, **{self.name: self.cache}).logits[:, -1]
+        if self.shared:
+            self.cache = SharedPrefixCache.from_prompt(self.cache, self.rows)
+        else:
+            self.cache.batch_repeat_interleave(self.rows)
+        return logits
 
     def step(self, feed: list[tuple[int, ...]]) -> torch.Tensor:
         """The logits at every fed position: row k's tokens ``feed[k]`` (its last token and
         the run after it) in one packed forward, rows one after another, shape
-        (Σ len(feed[k]), V); one token per row: (rows, V)."""
+        (Σ len(feed[k]), V)."""
         device = self.model.device
-        if not self.shared:  # (one token per row: runs need the shared cache's rows)
-            return self(torch.tensor(feed, dtype=torch.long, device=device))
-        positions = self.cache.pack([len(f) for f in feed])
-        ids = torch.tensor([[t for f in feed for t in f]], dtype=torch.long, device=device)
-        with torch.no_grad(), shared_prefix(self.model, self.cache):
-            return self.model(ids, position_ids=positions, use_cache=True,
-                              **{self.name: self.cache}).logits[0]  # fmt: skip
+        with torch.no_grad():
+            if not self.shared:  # (one token per row: runs need the shared cache's rows)
+                ids = torch.tensor(feed, dtype=torch.long, device=device)
+                return self.model(ids, use_cache=True, **{self.name: self.cache}).logits[:, -1]
+            positions = self.cache.pack([len(f) for f in feed])
+            ids = torch.tensor([[t for f in feed for t in f]], dtype=torch.long, device=device)
+            with shared_prefix(self.model, self.cache):
+                return self.model(ids, position_ids=positions, use_cache=True,
+                                  **{self.name: self.cache}).logits[0]  # fmt: skip
 
     def trim(self, dropped: list[int]) -> None:
         """Forget the last ``dropped[k]`` tokens of row k (a rejected run's)."""
