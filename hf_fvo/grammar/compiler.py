@@ -50,6 +50,7 @@ from hf_fvo.grammar.pushdown import (
 )
 from hf_fvo.grammar.schema.closing import closing_bound
 from hf_fvo.grammar.schema.instance import shortest_member
+from hf_fvo.grammar.schema.lark import PRETTY_WHITESPACE
 from hf_fvo.grammar.schema.literals import fewest_tokens, literal_blocks
 from hf_fvo.grammar.schema.shortest import relaxed, shortest_bound
 from hf_fvo.grammar.sources import (
@@ -63,6 +64,7 @@ from hf_fvo.grammar.vocabulary import TokenVocabulary, resolve_vocab_size, vocab
 from hf_fvo.lru import LRU
 
 __all__ = [
+    "WHITESPACE_NAMES",
     "GrammarCompiler",
     "check_whitespace",
     "clear_cache",
@@ -204,10 +206,14 @@ class GrammarCompiler:
         mode = ("" if strict else " strict=False") + (" key_order='any'" * (key_order == "any"))
         notes = [f"{ptr}: {what} is not a JSON Schema format; ignored"
                  for ptr, what in prepared.ignored]  # fmt: skip
-        # finitely many values and bounded whitespace ("[ ]?" or none): finitely many strings
+        # finitely many values and whitespace of at most one character ("[ ]?" or none): few
+        # enough strings to enumerate (a "pretty" language is finite but has 27 spellings at
+        # every place, so it is not claimed finite)
         finite = whitespace in (None, "") and schema_logic.has_finite_language(body)
-        # completions never need whitespace when it is optional ("[ ]?") or absent
-        closing = closing_bound(body) if whitespace in (None, "") else None
+        # completions never need whitespace where every prefix of a match is a match ("[ ]?",
+        # "pretty") or there is none
+        closing = closing_bound(body) if whitespace in (None, "", "pretty") else None
+        whitespace = WHITESPACE_NAMES.get(whitespace, whitespace)
         shortest = shortest_bound(body)
         source = f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}"
         if math.isinf(shortest):
@@ -467,10 +473,10 @@ def json_schema_source(
     )
     if prepared.schema is False:
         raise EmptyLanguageError("the schema is `false`: it admits nothing")
+    ws_regex = "[ ]?" if whitespace is None else WHITESPACE_NAMES.get(whitespace, whitespace)
     regex = schema_logic.schema_regex(
-        prepared.schema, "[ ]?" if whitespace is None else whitespace,
-        integral_fractions=prepared.integral_fractions,
-    )  # fmt: skip
+        prepared.schema, ws_regex, integral_fractions=prepared.integral_fractions
+    )
     ws = "default" if whitespace is None else repr(whitespace)
     mode = "" if strict else " strict=False"
     return GrammarSource(
@@ -478,15 +484,26 @@ def json_schema_source(
     )
 
 
+#: ``whitespace`` values that name a layout rather than spell a regex
+WHITESPACE_NAMES = {"pretty": PRETTY_WHITESPACE}
+
+
 def check_whitespace(whitespace: str | None) -> None:
-    """Refuse a ``whitespace`` argument that is not ``None`` or a valid regex."""
-    if whitespace is None:
+    """Refuse a ``whitespace`` argument that is not ``None``, a name in :data:`WHITESPACE_NAMES`
+    or a valid regex over JSON's whitespace characters."""
+    if whitespace is None or whitespace in WHITESPACE_NAMES:
         return
     if not isinstance(whitespace, str):
         raise InvalidArgumentError(f"whitespace must be a regex str or None, not {whitespace!r}")
     problem = regex_problem(whitespace)
     if problem:
         raise InvalidRegexError(f"whitespace={whitespace!r} is not a valid regex: {problem}")
+    if whitespace and patterns_intersect((f"^(?:{whitespace})$", "[^ \t\n\r]")):
+        raise InvalidArgumentError(
+            f"whitespace={whitespace!r} matches characters JSON does not allow between its "
+            "tokens (only space, tab, newline and carriage return); a layout is named "
+            f"{sorted(WHITESPACE_NAMES)} or spelled as a regex over those four"
+        )
 
 
 register_compiler(GrammarCompiler)

@@ -174,9 +174,12 @@ class Grammar(ABC):
             schema: A dict, a JSON string, a Pydantic model class (or any type Pydantic
                 describes), or an ``outlines.types.JsonSchema``.
             tokenizer: A Hugging Face fast tokenizer (or a :class:`TokenVocabulary`).
-            whitespace: Regex for the whitespace allowed between JSON tokens, matched at most
-                once at each place; ``None`` is ``[ ]?`` (one optional space, as in Outlines),
-                ``""`` gives compact JSON.
+            whitespace: The whitespace allowed at each place JSON allows it, matched at most
+                once there: ``None`` is ``[ ]?`` (one optional space, as in Outlines), ``""``
+                gives compact JSON, ``"pretty"`` admits one space or one newline and at most 24
+                spaces of indentation (what ``json.dumps`` writes with or without ``indent``,
+                to depth 12 at indent 2), and any other string is a regex over space, tab,
+                newline and carriage return.
             vocab_size: Length of the masks, normally ``model.config.vocab_size``.
             strict: Objects whose schema lists properties admit no other keys unless the
                 schema says otherwise (Outlines' and XGrammar's convention); ``False`` is the
@@ -201,6 +204,8 @@ class Grammar(ABC):
                 the shipped meta-schemas), or (``checks=False``) a keyword the masks cannot
                 enforce exactly, named with its JSON pointer.
             EmptyLanguageError: no JSON text satisfies the schema.
+            InvalidArgumentError: a ``whitespace`` regex that matches more than JSON's
+                whitespace (a misspelt name, say).
             TokenizerError: the tokenizer cannot be mapped to bytes.
 
         Example:

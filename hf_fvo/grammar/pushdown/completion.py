@@ -58,8 +58,18 @@ def _byte_class(b: int) -> str:
     return "lead2" if b < 0xE0 else "lead3" if b < 0xF0 else "lead4"
 
 
-# bytes in the order the searches try them: closers first, then ascending
-_ORDER = sorted(range(256), key=lambda b: _CLOSERS.find(b) % 256 if b in _CLOSERS else 256 + b)
+_SPACES = b" \t\n\r"  # JSON's whitespace: optional wherever a grammar spaces tokens out
+
+
+def _search_rank(b: int) -> int:
+    if b in _CLOSERS:
+        return _CLOSERS.find(b)
+    return 512 + b if b in _SPACES else 256 + b
+
+
+# bytes in the order the searches try them: closers first, then ascending, whitespace last (a
+# completion rarely needs it, and a layout such as "pretty" admits a run of it at every place)
+_ORDER = sorted(range(256), key=_search_rank)
 _CLASS = [_byte_class(b) for b in range(256)]
 
 

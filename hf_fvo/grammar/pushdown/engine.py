@@ -103,6 +103,18 @@ class PushdownTokenizer:
             ((b, ids[0]) for b in range(0x20) if (ids := spellings.get(bytes([b])))), None
         )
         self._content_table: tuple[np.ndarray, np.ndarray, dict[int, tuple[int, ...]]] | None = None
+        self._spaces_only: np.ndarray | None = None
+
+    @property
+    def spaces_only(self) -> np.ndarray:
+        """Per token id, whether its bytes are JSON whitespace only (space, tab, newline,
+        carriage return): the tokens a budget's searches try last."""
+        if self._spaces_only is None:
+            spaces = frozenset(b" \t\n\r")
+            self._spaces_only = np.array(
+                [bool(b) and spaces.issuperset(b) for b in self.vocab.token_bytes], dtype=bool
+            )
+        return self._spaces_only
 
     @property
     def content_after(self) -> np.ndarray:

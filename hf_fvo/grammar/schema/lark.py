@@ -54,12 +54,18 @@ __all__ = [
     "CHAR_REGEX",
     "INTEGER_REGEX",
     "NUMBER_REGEX",
+    "PRETTY_WHITESPACE",
     "STRING_KEYWORDS",
     "array_body",
     "literal_regex",
     "schema_lark",
 ]
 
+# ``whitespace="pretty"``: one space, or one newline and an indentation of at most 24 spaces, at
+# each place JSON allows whitespace: what json.dumps (with or without indent) and JSON.stringify
+# write, to depth 12 at indent 2 and 6 at indent 4. Bounded (finitely many spellings per place),
+# and every prefix of a match is a match, so a completion never needs more of it.
+PRETTY_WHITESPACE = r"[ ]|\n[ ]{0,24}"
 STRING_KEYWORDS = ("minLength", "maxLength")  # what an own string lexeme enforces
 _NUMERIC = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
 _BY_KIND = {
@@ -104,14 +110,16 @@ def schema_lark(
     """The Lark grammar (llguidance's dialect) of a prepared schema's JSON texts with hf_fvo's
     own lexemes, or ``None`` where the schema uses something not lowered here.
 
-    ``whitespace``: ``None`` (``[ ]?`` at every place JSON allows whitespace) or ``""``
-    (compact); other patterns are not lowered. ``integral_fractions=False`` (draft-04 and
+    ``whitespace``: ``None`` (``[ ]?`` at every place JSON allows whitespace), ``""``
+    (compact) or :data:`PRETTY_WHITESPACE` (matched at most once at each place); other patterns
+    are not lowered. ``integral_fractions=False`` (draft-04 and
     earlier, where an integer has no fraction or exponent): integers as ``-?(0|[1-9][0-9]*)``.
     """
-    if whitespace not in (None, ""):
+    if whitespace not in (None, "", PRETTY_WHITESPACE):
         return None
+    ws = "[ ]" if whitespace is None else whitespace
     try:
-        return _Lark(schema, whitespace is None, integral_fractions).grammar()
+        return _Lark(schema, ws, integral_fractions).grammar()
     except (_NotLowered, RecursionError):
         return None
 
@@ -122,11 +130,12 @@ def _regex(text: str) -> str:
 
 
 class _Lark:
-    def __init__(self, root: Any, spaced: bool, integral_fractions: bool = True) -> None:
+    def __init__(self, root: Any, whitespace: str, integral_fractions: bool = True) -> None:
         self.root = root
         self.integer = INTEGER_REGEX if integral_fractions else CANONICAL_INTEGER_REGEX
         self.defs = root.get("$defs", {}) if isinstance(root, dict) else {}
-        self.ws = "WS?" if spaced else ""
+        self.whitespace = whitespace  # a regex matched at most once at each place; "": none
+        self.ws = "WS?" if whitespace else ""
         self.rules: dict[str, str] = {}
         self.terminals: dict[str, str] = {}
         self.def_rules: dict[str, str] = {}
@@ -135,7 +144,7 @@ class _Lark:
     def grammar(self) -> str:
         start = self.value(self.root)
         if self.ws:
-            self.terminals["WS"] = "/[ ]/"
+            self.terminals["WS"] = f"/{self.whitespace}/"
         lines = [f"start: {start}"]
         lines += [f"{name}: {body}" for name, body in self.rules.items()]
         lines += [f"{name}: {body}" for name, body in self.terminals.items()]
