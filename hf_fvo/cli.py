@@ -188,7 +188,10 @@ def bench(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from hf_fvo.eval.bench import load_suite, markdown, run_row
+    from hf_fvo.eval.tasks import TASK_SUITES
 
+    if args.suite in TASK_SUITES:
+        return _bench_tasks(args)
     try:
         suite = load_suite(args.suite)
     except (FileNotFoundError, ValueError) as exc:
@@ -221,6 +224,40 @@ def bench(args: argparse.Namespace) -> int:
 
     datasets.Dataset.from_list(results).to_json(str(out_dir / "results.jsonl"))
     table = _provenance(args.argv) + markdown(results)
+    (out_dir / "results.md").write_text(table)
+    print(table)
+    print(f"results: {out_dir / 'results.jsonl'} (a datasets JSONL), {out_dir / 'results.md'}")
+    return 0
+
+
+def _bench_tasks(args: argparse.Namespace) -> int:
+    """A task suite (``transcribe``, ``shorten``): accuracy per engine, a dataset and a table."""
+    from tqdm.auto import tqdm
+
+    from hf_fvo.eval import tasks as T
+
+    engines = args.engines.split(",") if args.engines else list(T.ENGINES)
+    for engine in engines:
+        if engine not in T.ENGINES and not engine.startswith("particles="):
+            raise CLIError(f"unknown engine {engine!r}: one of {', '.join(T.ENGINES)}")
+    rows = [t for t in T.load_tasks(args.suite)
+            if not args.rows or any(k in t["name"] for k in args.rows)][: args.first]  # fmt: skip
+    if not rows:
+        raise CLIError(f"no task of {args.suite!r} matches {args.rows}")
+    out_dir = Path(args.out)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"cannot create {out_dir}: {exc.strerror or exc}") from exc
+    model, tokenizer = _load(args.model)
+    bar = tqdm(total=len(rows) * len(engines), desc=f"hf-fvo bench {args.suite}", unit="output")
+    records = T.run_tasks(rows, engines, model, tokenizer, seed=args.seed,
+                          whitespace=args.whitespace, progress=lambda _: bar.update())  # fmt: skip
+    bar.close()
+    import datasets
+
+    datasets.Dataset.from_list(records).to_json(str(out_dir / "results.jsonl"))
+    table = _provenance(args.argv) + T.markdown(T.summarize(records))
     (out_dir / "results.md").write_text(table)
     print(table)
     print(f"results: {out_dir / 'results.jsonl'} (a datasets JSONL), {out_dir / 'results.md'}")
@@ -405,8 +442,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=audit)
 
     p = sub.add_parser("bench", help="run a benchmark suite; results as a dataset and a table")
-    p.add_argument("--suite", default="paper", help="paper, structured, a .jsonl/.parquet file "
-                   "or a Hub dataset id")  # fmt: skip
+    p.add_argument("--suite", default="paper", help="paper, structured, the task suites "
+                   "transcribe and shorten, a .jsonl/.parquet file or a Hub id")  # fmt: skip
     p.add_argument("--model", help="local Transformers model folder (default: embedded SmolLM2)")
     p.add_argument("--draft", help="draft model folder, or 'bf16' (a bfloat16 copy): FVO-Spec")
     p.add_argument("--phi", type=_phi, default="exact", help="estimator compared with masking")
@@ -420,6 +457,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add sequential Monte Carlo with this many particles: one output per "
                    "run, --samples runs (TV to μ* where exact, log Ẑ, ESS, seconds)")  # fmt: skip
     p.add_argument("--rows", nargs="*", help="only rows whose name contains one of these")
+    p.add_argument("--engines", help="task suites (transcribe, shorten): a comma list of "
+                   "unconstrained, masked greedy, masked, particles=N, xgrammar, llguidance "
+                   "(default: all, with particles=8 and particles=32)")  # fmt: skip
+    p.add_argument("--first", type=_count(1), help="task suites: only the first N tasks")
+    p.add_argument(
+        "--whitespace",
+        default="pretty",
+        type=lambda w: None if w == "none" else w,
+        help="task suites: hf_fvo's JSON layout ('pretty', '' compact, 'none': [ ]?)",
+    )
     p.add_argument("--out", default="hf_fvo_bench", help="output folder")
     p.add_argument("--seed", type=_count(0), default=0)
     p.set_defaults(func=bench)

@@ -94,3 +94,18 @@ def test_plain_sampling_options_are_accepted():
 def test_options_that_would_cut_or_empty_a_member_are_refused_by_name(option):
     with pytest.raises(ConstraintConflictError, match=next(iter(option))):
         check_sampling(_params(**option))
+
+
+def test_a_served_request_may_ask_for_pretty_json(smol_tokenizer):
+    """``whitespace: "pretty"`` reaches the compiler: the grammar admits indented JSON."""
+    from hf_fvo.grammar import GrammarCompiler
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    spec = RequestSpec.from_args(_args(json_schema=json.dumps(schema), whitespace="pretty"))
+    g = spec.compile(GrammarCompiler(smol_tokenizer))
+    state = g.walk(smol_tokenizer.encode('{\n  "a": 1\n}'))
+    assert state is not None and g.is_accepting(state)
+    with pytest.raises(InvalidArgumentError, match="JSON does not allow"):
+        RequestSpec.from_args(_args(json_schema=json.dumps(schema), whitespace="prety")).compile(
+            GrammarCompiler(smol_tokenizer)
+        )

@@ -1,0 +1,161 @@
+"""Task suites built from MaskBench instances: what they ask is answerable and binding, the
+scoring reads JSON as JSON, the intervals are Wilson's, and every engine row runs end to end
+(``hf-fvo bench --suite transcribe``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import datasets
+import jsonschema
+import pytest
+
+from hf_fvo import Grammar
+from hf_fvo.cli import main
+from hf_fvo.errors import InvalidArgumentError
+from hf_fvo.eval.instances import in_schema_order
+from hf_fvo.eval.tasks import (
+    ENGINES,
+    build_tasks,
+    load_tasks,
+    parse_output,
+    run_task,
+    score,
+    summarize,
+)
+from hf_fvo.models import tiny_random_llama
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _valid(schema, value) -> bool:
+    cls = jsonschema.validators.validator_for(schema)
+    return not any(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(value))
+
+
+def _at(value, path):
+    for key in path:
+        value = value[key]
+    return value
+
+
+def test_the_transcription_suite_is_answerable_by_every_sampler(smol_tokenizer):
+    """At least 150 tasks; each instance is valid under its schema, and hf_fvo's grammar (the
+    default, and pretty) admits it, so a wrong answer is the sampler's, not the grammar's."""
+    tasks = load_tasks("transcribe")
+    assert len(tasks) >= 150
+    for task in tasks[::10]:
+        schema, instance = json.loads(task["schema"]), json.loads(task["instance"])
+        assert _valid(schema, instance), task["name"]
+        for whitespace, options in ((None, {}), ("pretty", {"indent": 2})):
+            g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace=whitespace)
+            text = json.dumps(in_schema_order(instance, schema), ensure_ascii=False, **options)
+            state = g.walk(smol_tokenizer.encode(text))
+            assert state is not None and g.is_accepting(state), (task["name"], text)
+        assert "YAML" in task["prompt"] and task["max_new_tokens"] >= 32
+
+
+def test_the_shortening_suite_binds(smol_tokenizer):
+    """Each task's source string is longer than its new maxLength: the instance as it stands is
+    invalid, and with that string cut to the limit it is valid."""
+    tasks = load_tasks("shorten")
+    assert len(tasks) >= 50
+    for task in tasks:
+        schema, instance = json.loads(task["schema"]), json.loads(task["instance"])
+        path, source = task["field"], task["source"]
+        assert _at(instance, path) == source
+        assert not _valid(schema, instance), task["name"]
+        node = schema
+        for key in path:
+            node = node["properties"][key]
+        cut = json.loads(task["instance"])
+        parent = _at(cut, path[:-1])
+        parent[path[-1]] = source[: node["maxLength"]]
+        assert node["maxLength"] == len(source) // 2 and _valid(schema, cut), task["name"]
+
+
+def test_building_is_deterministic_and_refuses_an_unknown_kind(smol_tokenizer):
+    rows = [json.loads(line) for line in (DATA / "maskbench_slice.jsonl").open()]
+    first = build_tasks(rows, smol_tokenizer, "transcribe", count=5)
+    assert first == build_tasks(rows, smol_tokenizer, "transcribe", count=5) and len(first) == 5
+    with pytest.raises(InvalidArgumentError, match="kind"):
+        build_tasks(rows, smol_tokenizer, "summarize")
+
+
+@pytest.mark.parametrize(
+    ("text", "instance", "exact", "leaves"),
+    [
+        ('{"b": [1, 2.0], "a": true}', {"a": True, "b": [1, 2]}, True, 1.0),  # order, 2.0 == 2
+        ('{"a": 1, "b": [1, 2]}', {"a": True, "b": [1, 2]}, False, 2 / 3),  # 1 is not true
+        ('{"a": true, "b": [1, 2], "c": 0}', {"a": True, "b": [1, 2]}, False, 1.0),  # extra key
+        ('{"a": {}}', {"a": []}, False, 0.0),  # an empty object is not an empty array
+        ('{"a": tru', {"a": True}, False, 0.0),  # not JSON
+    ],
+)
+def test_scoring_reads_json_as_json(text, instance, exact, leaves):
+    s = score(text, instance)
+    assert s["exact"] is exact and math.isclose(s["leaves"], leaves)
+
+
+def test_a_fence_is_removed_only_when_asked():
+    text = 'Sure:\n```json\n{"a": 1}\n```'
+    assert parse_output(text) == (False, None)
+    assert parse_output(text, fenced=True) == (True, {"a": 1})
+
+
+@pytest.mark.parametrize(
+    ("written", "cut"),
+    [("The quick br", True), ("The quick", False), ("The slow", False), ("", False)],
+)
+def test_a_cut_word_is_a_prefix_that_stops_between_two_letters(written, cut):
+    source = "The quick brown fox"
+    s = score(json.dumps({"t": written, "n": 1}), {"t": source, "n": 1}, field=["t"],
+              source=source)  # fmt: skip
+    assert s["cut_word"] is cut and s["exact"]  # the other leaves are all there
+
+
+def test_summary_intervals_are_wilsons():
+    """k = 0 of 10: the Wilson upper bound is z²/(n+z²) = 0.2775 (z = 1.96)."""
+    base = {"task": "t", "engine": "e", "valid": True, "cut_word": None, "seconds": 2.0,
+            "refused": None}  # fmt: skip
+    rows = [{**base, "exact": False, "leaves": 0.5} for _ in range(10)]
+    (s,) = summarize(rows)
+    assert s["exact"] == 0 and s["exact_ci"][0] == 0.0
+    assert math.isclose(s["exact_ci"][1], 1.96**2 / (10 + 1.96**2), rel_tol=1e-9)
+    assert s["leaves"] == 0.5 and s["leaves_half"] == 0.0 and s["seconds"] == 2.0
+
+
+def test_every_engine_runs_a_task_and_constrained_outputs_are_never_invalid(smol_tokenizer):
+    """On a tiny random model (its words are noise): every row of the table produces a scored
+    record; a constrained engine's parsed output is valid under the task's schema."""
+    import outlines
+
+    model = tiny_random_llama(len(smol_tokenizer), eos_token_id=smol_tokenizer.eos_token_id)
+    wrapped = outlines.from_transformers(model, smol_tokenizer)
+    task = next(t for t in load_tasks("transcribe") if t["max_new_tokens"] <= 64)
+    for engine in (*ENGINES, "particles=2"):
+        r = run_task(task, engine, model, smol_tokenizer, seed=1, wrapped=wrapped)
+        assert r["engine"] == engine and r["tokens"] <= task["max_new_tokens"]
+        if engine != "unconstrained" and r["parsed"]:
+            assert r["valid"], (engine, r["text"])
+    with pytest.raises(InvalidArgumentError, match="unknown engine"):
+        run_task(task, "beam", model, smol_tokenizer)
+
+
+def test_bench_cli_runs_a_task_suite(tmp_path):
+    """``hf-fvo bench --suite transcribe``: a dataset and a table, on the embedded model."""
+    argv = ["bench", "--suite", "transcribe", "--first", "1", "--engines", "masked greedy",
+            "--out", str(tmp_path)]  # fmt: skip
+    assert main(argv) == 0
+    (record,) = datasets.load_dataset("json", data_files=str(tmp_path / "results.jsonl"),
+                                      split="train")  # fmt: skip
+    assert record["engine"] == "masked greedy" and record["valid"]
+    assert "| transcribe | masked greedy | 1 |" in (tmp_path / "results.md").read_text()
+
+
+def test_bench_cli_refuses_an_unknown_engine(capsys):
+    assert main(["bench", "--suite", "transcribe", "--engines", "beam"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown engine 'beam'" in err[0]
