@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import torch
-from harness import DEV, provenance
-from realworld_generation import pick_schemas, prompt_ids, validate
+from harness import DEV, provenance, publish
+from realworld_generation import outcome, pick_schemas, prompt_ids
 
 LAYOUTS = {"compact": "", "space": None, "pretty": "pretty"}  # name → whitespace=
 
@@ -79,15 +79,7 @@ def main() -> None:
                 except (BudgetTooSmallError, BudgetUndecidedError, CheckFailedError) as exc:
                     new, refused = [], f"{type(exc).__name__}: {exc}"
                 seconds = time.perf_counter() - t0
-                end = next((i for i, t in enumerate(new) if t in eos), None)
-                body = new if end is None else new[:end]
-                if refused:
-                    status, valid, why = "refused", None, refused
-                elif end is None:
-                    status, valid, why = "cut", False, "no EOS within the budget"
-                else:
-                    valid, why = validate(row["schema"], tok.decode(body))
-                    status = "complete"
+                body, status, valid, why = outcome(tok, row["schema"], new, eos, refused)
                 records.append({
                     "layout": layout, "particles": n or 0, "source": row["source"],
                     "name": row["name"], "budget": args.max_new_tokens, "tokens": len(body),
@@ -104,7 +96,7 @@ def main() -> None:
                 z = "" if report is None else f" logZ={report.log_z:8.2f} ESS={report.min_ess:5.2f}"
                 print(f"{layout:8s} N={n or 0:<3d} {row['name'][:24]:24s} {len(body):4d} tok "
                       f"{status:8s} valid={valid} {seconds:7.1f} s{z}", flush=True)  # fmt: skip
-    print(table(records, args))
+    table(records, args)
     import datasets
 
     datasets.Dataset.from_list(records).to_json(f"{args.out}/results-{args.max_new_tokens}.jsonl")
@@ -171,12 +163,7 @@ def table(records: list[dict], args: argparse.Namespace) -> str:
     kinds = {k: free.count(k) for k in dict.fromkeys(free)}
     lines += ["", "Unconstrained draws (one per schema, the same seed), by layout: "
               + ", ".join(f"{k} {v}" for k, v in kinds.items()) + "."]  # fmt: skip
-    text = "\n".join(lines)
-    if args.write:
-        from harness import write_section
-
-        write_section(lines[0], text)
-    return text
+    return publish(lines, args.write)
 
 
 if __name__ == "__main__":

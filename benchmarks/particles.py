@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 from harness import DEV, provenance
-from realworld_generation import pick_schemas, prompt_ids, validate
+from realworld_generation import outcome, pick_schemas, prompt_ids
 
 WEIGHTS = Path(__file__).resolve().parents[1] / "hf_fvo" / "phi" / "weights"
 
@@ -107,15 +107,7 @@ def main() -> None:
             except (BudgetTooSmallError, BudgetUndecidedError, CheckFailedError) as exc:  # refused
                 new, refused = [], str(exc)
             seconds = time.perf_counter() - t0
-            end = next((i for i, t in enumerate(new) if t in eos), None)
-            body = new if end is None else new[:end]
-            if refused:
-                status, valid, why = "refused", None, refused
-            elif end is None:
-                status, valid, why = "cut", False, "no EOS within the budget"
-            else:
-                valid, why = validate(row["schema"], tok.decode(body))
-                status = "complete"
+            body, status, valid, why = outcome(tok, row["schema"], new, eos, refused)
             # positions: the longest particle's tokens (a forward may take several)
             steps = report.positions if report else len(body) + 1
             if report is not None:

@@ -71,6 +71,19 @@ def validate(schema: dict, text: str) -> tuple[bool, str]:
     return (not errors), (errors[0].message[:200] if errors else "")
 
 
+def outcome(tok, schema: dict, new: list[int], eos: set[int], refused: str | None) -> tuple:
+    """``(body, status, valid, why)`` of a draw: the tokens before EOS, and ``refused``,
+    ``cut`` (no EOS within the budget) or ``complete`` with its ``jsonschema`` verdict."""
+    end = next((i for i, t in enumerate(new) if t in eos), None)
+    body = new if end is None else new[:end]
+    if refused:
+        return body, "refused", None, refused
+    if end is None:
+        return body, "cut", False, "no EOS within the budget"
+    valid, why = validate(schema, tok.decode(body))
+    return body, "complete", valid, why
+
+
 def prompt_ids(tokenizer, schema: dict) -> torch.Tensor:
     text = json.dumps(schema, separators=(",", ":"))
     if len(text) > 1500:
@@ -160,16 +173,8 @@ def main() -> None:
                     new, refused = draw(engine, model, wrapped, tok, row, grammar, ids,
                                         args.max_new_tokens, args.phi)  # fmt: skip
                 seconds = time.perf_counter() - t0
-                end = next((i for i, t in enumerate(new) if t in eos), None)
-                body = new if end is None else new[:end]
+                body, status, valid, why = outcome(tok, row["schema"], new, eos, refused)
                 text = tok.decode(body)
-                if refused:
-                    status, valid, why = "refused", None, refused
-                elif end is None:
-                    status, valid, why = "cut", False, "no EOS within the budget"
-                else:
-                    valid, why = validate(row["schema"], text)
-                    status = "complete"
                 records.append({
                     "engine": engine, "source": row["source"], "name": row["name"],
                     "sample": sample, "budget": args.max_new_tokens, "tokens": len(body),

@@ -22,6 +22,7 @@ import argparse
 import json
 from pathlib import Path
 
+import harness
 from harness import MASKBENCH, provenance
 
 
@@ -34,12 +35,14 @@ def main() -> None:
     ap.add_argument("--suite", default="transcribe", help="transcribe, shorten or a JSONL file")
     ap.add_argument("--engines", default=",".join(T.ENGINES), help="a comma list")
     ap.add_argument("--first", type=int, default=None, help="only the first N tasks")
+    ap.add_argument("--start", type=int, default=0, help="skip the tasks before this index "
+                    "(a second worker; seeds stay the seed plus the task's index)")  # fmt: skip
     ap.add_argument("--whitespace", default="pretty", help="hf_fvo's layout ('none': [ ]?)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="/tmp/hf_fvo_tasks")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    ap.add_argument("--summarize", help="a progress file of an interrupted run: the table of "
-                    "its tasks that every engine finished")  # fmt: skip
+    ap.add_argument("--summarize", nargs="+", help="progress files of interrupted runs: the "
+                    "table of the tasks every engine finished")  # fmt: skip
     args = ap.parse_args()
     tok = load_default_tokenizer()
     if args.build:
@@ -53,17 +56,19 @@ def main() -> None:
         return
     whitespace = None if args.whitespace == "none" else args.whitespace
     engines = args.engines.split(",")
-    tasks = T.load_tasks(args.suite)[: args.first]
+    tasks = T.load_tasks(args.suite)[args.start : args.first]
     if args.summarize:
-        with Path(args.summarize).open() as fh:
-            records = [json.loads(line) for line in fh]
+        records = []
+        for name in args.summarize:
+            with Path(name).open() as fh:
+                records += [json.loads(line) for line in fh]
         done = {r["name"] for r in records if r["engine"] == engines[-1]}
         records = [r for r in records if r["name"] in done]
-        publish(records, len(done), whitespace, args)
+        report(records, len(done), whitespace, args)
         return
     model = load_default_model()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    stem = f"{Path(args.suite).stem}-{args.whitespace}"
+    stem = f"{Path(args.suite).stem}-{args.whitespace}" + (f"-{args.start}" if args.start else "")
     progress = Path(args.out) / f"progress-{stem}.jsonl"
     progress.write_text("")
 
@@ -75,15 +80,15 @@ def main() -> None:
               f"leaves={record['leaves']:.2f} valid={record['valid']!s:5s}{cut} "
               f"{record['seconds']:6.1f} s", flush=True)  # fmt: skip
 
-    records = T.run_tasks(tasks, engines, model, tok, seed=args.seed, whitespace=whitespace,
-                          progress=log)  # fmt: skip
+    records = T.run_tasks(tasks, engines, model, tok, seed=args.seed + args.start,
+                          whitespace=whitespace, progress=log)  # fmt: skip
     import datasets
 
     datasets.Dataset.from_list(records).to_json(f"{args.out}/results-{stem}.jsonl")
-    publish(records, len(tasks), whitespace, args)
+    report(records, len(tasks), whitespace, args)
 
 
-def publish(records: list[dict], count: int, whitespace: str | None, args) -> None:
+def report(records: list[dict], count: int, whitespace: str | None, args) -> None:
     from hf_fvo.eval import tasks as T
 
     heading = (f"## Task accuracy: {Path(args.suite).stem} ({count} MaskBench tasks, "
@@ -92,7 +97,7 @@ def publish(records: list[dict], count: int, whitespace: str | None, args) -> No
         heading,
         "",
         f"{provenance('jsonschema', 'outlines', 'xgrammar', 'llguidance')} Embedded "
-        f"SmolLM2-135M-Instruct; the first {count} tasks of `hf_fvo/eval/suites/tasks/"
+        f"SmolLM2-135M-Instruct; {count} tasks of `hf_fvo/eval/suites/tasks/"
         f"{Path(args.suite).stem}.jsonl` (built from the MaskBench development file); one seeded "
         "output per task and engine, interleaved, the same budget for every engine (twice the "
         "indented instance's tokens plus 32). *exact*: the whole value reproduced (Wilson 95 % "
@@ -104,12 +109,7 @@ def publish(records: list[dict], count: int, whitespace: str | None, args) -> No
         "",
         T.markdown(T.summarize(records)),
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.write:
-        from harness import write_section
-
-        write_section(heading, text)
+    harness.publish(lines, args.write)
 
 
 if __name__ == "__main__":

@@ -201,11 +201,7 @@ def bench(args: argparse.Namespace) -> int:
     rows = [r for r in suite if not args.rows or any(k in r["name"] for k in args.rows)]
     if not rows:
         raise CLIError(f"no row of {args.suite!r} matches {args.rows}")
-    out_dir = Path(args.out)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CLIError(f"cannot create {out_dir}: {exc.strerror or exc}") from exc
+    out_dir = _output_folder(args.out)
     needs_default = any(r["model"] == "default" for r in rows)
     model, tokenizer = _load(args.model) if needs_default else (None, None)
     draft = None
@@ -220,10 +216,23 @@ def bench(args: argparse.Namespace) -> int:
                                particles=args.particles,
                                sampled_phi=args.sampled_phi,
                                max_nodes=args.max_nodes, seed=args.seed))  # fmt: skip
+    return _write_results(out_dir, results, _provenance(args.argv) + markdown(results))
+
+
+def _output_folder(path: str) -> Path:
+    out_dir = Path(path)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CLIError(f"cannot create {out_dir}: {exc.strerror or exc}") from exc
+    return out_dir
+
+
+def _write_results(out_dir: Path, records: list[dict], table: str) -> int:
+    """The records as a ``datasets`` JSONL and the table as markdown, in ``out_dir``."""
     import datasets
 
-    datasets.Dataset.from_list(results).to_json(str(out_dir / "results.jsonl"))
-    table = _provenance(args.argv) + markdown(results)
+    datasets.Dataset.from_list(records).to_json(str(out_dir / "results.jsonl"))
     (out_dir / "results.md").write_text(table)
     print(table)
     print(f"results: {out_dir / 'results.jsonl'} (a datasets JSONL), {out_dir / 'results.md'}")
@@ -244,24 +253,14 @@ def _bench_tasks(args: argparse.Namespace) -> int:
             if not args.rows or any(k in t["name"] for k in args.rows)][: args.first]  # fmt: skip
     if not rows:
         raise CLIError(f"no task of {args.suite!r} matches {args.rows}")
-    out_dir = Path(args.out)
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CLIError(f"cannot create {out_dir}: {exc.strerror or exc}") from exc
+    out_dir = _output_folder(args.out)
     model, tokenizer = _load(args.model)
     bar = tqdm(total=len(rows) * len(engines), desc=f"hf-fvo bench {args.suite}", unit="output")
     records = T.run_tasks(rows, engines, model, tokenizer, seed=args.seed,
                           whitespace=args.whitespace, progress=lambda _: bar.update())  # fmt: skip
     bar.close()
-    import datasets
-
-    datasets.Dataset.from_list(records).to_json(str(out_dir / "results.jsonl"))
     table = _provenance(args.argv) + T.markdown(T.summarize(records))
-    (out_dir / "results.md").write_text(table)
-    print(table)
-    print(f"results: {out_dir / 'results.jsonl'} (a datasets JSONL), {out_dir / 'results.md'}")
-    return 0
+    return _write_results(out_dir, records, table)
 
 
 def train_phi(args: argparse.Namespace) -> int:
