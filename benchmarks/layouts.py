@@ -43,7 +43,12 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=256)
     ap.add_argument("--out", default="/tmp/hf_fvo_layouts")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    ap.add_argument("--summarize", help="a results or progress file: its table only")
     args = ap.parse_args()
+    if args.summarize:
+        with Path(args.summarize).open() as fh:
+            table([json.loads(line) for line in fh], args)
+        return
     layouts = args.layouts.split(",")
     counts = [int(n) for n in args.particles.split(",")]
     tok, model = load_default_tokenizer(), load_default_model()
@@ -108,14 +113,24 @@ def _med(xs: list, fmt: str = "{:.2f}") -> str:
 
 
 def laid_out(text: str) -> str:
-    """How a text lays JSON out: ``pretty`` (a newline between tokens), ``space`` or
-    ``compact``; ``not JSON``."""
-    try:
-        json.loads(text)
-    except json.JSONDecodeError:
-        return "not JSON"
-    compact = json.dumps(json.loads(text), separators=(",", ":"), ensure_ascii=False)
-    return "compact" if text.strip() == compact else "pretty" if "\n" in text.strip() else "space"
+    """How a text lays JSON out, complete or not: ``pretty`` (a newline between tokens),
+    ``space`` (spaces only), ``compact``; ``prose`` where it does not start with an object or
+    an array (a Markdown fence is skipped)."""
+    body = text.strip()
+    if body.startswith("```"):
+        body = body.split("\n", 1)[-1].lstrip()
+    if not body.startswith(("{", "[")):
+        return "prose"
+    inside = escaped = False
+    seen = set()
+    for c in body:
+        if inside:
+            inside, escaped = (escaped or c != '"'), (not escaped and c == "\\")
+        elif c == '"':
+            inside = True
+        elif c in " \n\t\r":
+            seen.add("pretty" if c == "\n" else "space")
+    return "pretty" if "pretty" in seen else "space" if seen else "compact"
 
 
 def table(records: list[dict], args: argparse.Namespace) -> str:

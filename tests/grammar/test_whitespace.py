@@ -148,3 +148,12 @@ def test_a_whitespace_that_is_not_json_whitespace_is_refused(smol_tokenizer, whi
     with pytest.raises(InvalidArgumentError, match="JSON does not allow"):
         Grammar.from_json_schema({"type": "integer"}, smol_tokenizer, whitespace=whitespace,
                                  backend="automaton")  # fmt: skip
+
+
+def test_the_final_check_reads_pretty_text(smol_tokenizer):
+    """What the masks leave to the check (uniqueItems) is decided on the indented text too."""
+    schema = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="pretty")
+    same, apart = smol_tokenizer.encode("[\n  1,\n  1\n]"), smol_tokenizer.encode("[\n  1,\n  2\n]")
+    assert g.is_accepting(g.walk(same)) and g.is_accepting(g.walk(apart))
+    assert g.check(same).startswith("#/uniqueItems") and g.check(apart) is None
