@@ -159,6 +159,7 @@ class GrammarCompiler:
     ) -> Grammar:
         """A JSON schema's language, exactly, or a typed refusal; see
         :meth:`Grammar.from_json_schema <hf_fvo.grammar.Grammar.from_json_schema>`."""
+        whitespace = _outlines_whitespace(schema, whitespace)
         if backend == "automaton":
             if key_order != "schema":
                 raise InvalidArgumentError("key_order='any' needs backend='pushdown'")
@@ -482,6 +483,20 @@ def json_schema_source(
     return GrammarSource(
         "json_schema", regex, f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}"
     )
+
+
+def _outlines_whitespace(schema: Any, whitespace: str | None) -> str | None:
+    """An ``outlines.types.JsonSchema``'s ``whitespace_pattern`` is part of its language: used
+    where ``whitespace`` is not given, refused where it says otherwise."""
+    pattern = getattr(schema, "whitespace_pattern", None)
+    if type(schema).__name__ != "JsonSchema" or pattern is None:
+        return whitespace
+    if whitespace is not None and whitespace != pattern:
+        raise InvalidArgumentError(
+            f"the outlines JsonSchema says whitespace_pattern={pattern!r} and the call says "
+            f"whitespace={whitespace!r}; give one"
+        )
+    return pattern
 
 
 #: ``whitespace`` values that name a layout rather than spell a regex

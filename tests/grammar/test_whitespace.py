@@ -157,3 +157,19 @@ def test_the_final_check_reads_pretty_text(smol_tokenizer):
     same, apart = smol_tokenizer.encode("[\n  1,\n  1\n]"), smol_tokenizer.encode("[\n  1,\n  2\n]")
     assert g.is_accepting(g.walk(same)) and g.is_accepting(g.walk(apart))
     assert g.check(same).startswith("#/uniqueItems") and g.check(apart) is None
+
+
+def test_an_outlines_json_schema_keeps_its_whitespace_pattern(smol_tokenizer):
+    """Outlines' ``JsonSchema(..., whitespace_pattern=…)`` is compiled with that pattern (not
+    hf_fvo's default), and a conflicting ``whitespace`` argument is refused by name."""
+    from outlines.types import JsonSchema
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    g = Grammar.from_json_schema(
+        JsonSchema(schema, whitespace_pattern="[\n ]{0,3}"), smol_tokenizer
+    )
+    assert _accepts(g, smol_tokenizer, '{\n  "a":1}')
+    assert not _accepts(g, smol_tokenizer, '{\n   "a":1}')  # 4 characters
+    with pytest.raises(InvalidArgumentError, match="whitespace_pattern"):
+        Grammar.from_json_schema(JsonSchema(schema, whitespace_pattern="[ ]*"), smol_tokenizer,
+                                 whitespace="")  # fmt: skip
