@@ -108,8 +108,38 @@ def report(records: list[dict], count: int, whitespace: str | None, args) -> Non
         "(`get_json_schema_logits_processor`).",
         "",
         T.markdown(T.summarize(records)),
+        "",
+        *paired(records, "masked"),
     ]
     harness.publish(lines, args.write)
+
+
+def paired(records: list[dict], base: str) -> list[str]:
+    """Each engine against ``base`` on the same tasks (the same seed): the mean difference of
+    leaf fractions (± 1.96 standard errors), and the tasks only one of the two got exactly
+    right (McNemar's discordant pairs, with the two-sided exact binomial p-value)."""
+    from scipy.stats import binomtest
+
+    by = {(r["engine"], r["name"]): r for r in records}
+    lines = [
+        f"Paired against *{base}* (same tasks, same seeds): difference in leaves (± 95 %); "
+        "exact-match discordant tasks (engine only / base only, two-sided sign test p):",
+        "",
+    ]
+    for engine in dict.fromkeys(r["engine"] for r in records):
+        if engine == base:
+            continue
+        pairs = [(r, by[(base, r["name"])]) for r in records
+                 if r["engine"] == engine and (base, r["name"]) in by]  # fmt: skip
+        d = [a["leaves"] - b["leaves"] for a, b in pairs]
+        mean = sum(d) / len(d)
+        se = (sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1) / len(d)) ** 0.5
+        only = sum(bool(a["exact"]) and not b["exact"] for a, b in pairs)
+        other = sum(bool(b["exact"]) and not a["exact"] for a, b in pairs)
+        p = binomtest(only, only + other).pvalue if only + other else 1.0
+        lines.append(f"- {engine}: leaves {mean:+.2f} ± {1.96 * se:.2f}; exact {only} / {other} "
+                     f"(p = {p:.2g})")  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":
