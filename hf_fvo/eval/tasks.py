@@ -38,6 +38,8 @@ from typing import Any
 import torch
 
 from hf_fvo.errors import GrammarError, InvalidArgumentError
+from hf_fvo.generation import generate
+from hf_fvo.grammar import Grammar
 
 __all__ = [
     "ENGINES",
@@ -213,8 +215,6 @@ def build_tasks(rows: list[dict], tokenizer: Any, kind: str = "transcribe", *,
     Raises:
         InvalidArgumentError: an unknown ``kind``.
     """
-    from hf_fvo.grammar import Grammar
-
     if kind not in ("transcribe", "shorten"):
         raise InvalidArgumentError(f"kind must be 'transcribe' or 'shorten', not {kind!r}")
     tasks = []
@@ -273,8 +273,6 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
     """
     import transformers
 
-    import hf_fvo
-
     schema, instance = json.loads(task["schema"]), json.loads(task["instance"])
     ids = _chat_ids(tokenizer, task["prompt"])
     budget = task["max_new_tokens"]
@@ -294,14 +292,14 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
                                  do_sample=True, top_k=0, max_new_tokens=budget,
                                  pad_token_id=tokenizer.eos_token_id)  # fmt: skip
         else:
-            grammar = hf_fvo.Grammar.from_json_schema(
+            grammar = Grammar.from_json_schema(
                 schema, tokenizer, whitespace=whitespace, vocab_size=model.config.vocab_size
             )
             particles = int(engine.split("=")[1]) if engine.startswith("particles=") else None
             if engine not in ("masked", "masked greedy") and particles is None:
                 raise InvalidArgumentError(f"unknown engine {engine!r}; one of {ENGINES}")
             greedy = engine == "masked greedy"
-            out = hf_fvo.generate(model, ids, grammar=grammar, phi="uniform",
+            out = generate(model, ids, grammar=grammar, phi="uniform",
                                   do_sample=not greedy, top_k=None if greedy else 0,
                                   particles=particles, max_new_tokens=budget)  # fmt: skip
         new = out[0, ids.shape[1] :].tolist()
