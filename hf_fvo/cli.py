@@ -243,12 +243,14 @@ def _bench_tasks(args: argparse.Namespace) -> int:
     """A task suite (``transcribe``, ``shorten``): accuracy per engine, a dataset and a table."""
     from tqdm.auto import tqdm
 
+    from hf_fvo.errors import InvalidArgumentError
     from hf_fvo.eval import tasks as T
 
     engines = args.engines.split(",") if args.engines else list(T.ENGINES)
-    for engine in engines:
-        if engine not in T.ENGINES and not engine.startswith("particles="):
-            raise CLIError(f"unknown engine {engine!r}: one of {', '.join(T.ENGINES)}")
+    try:
+        T.check_engines(engines)
+    except InvalidArgumentError as exc:
+        raise CLIError(str(exc)) from exc
     rows = [t for t in T.load_tasks(args.suite)
             if not args.rows or any(k in t["name"] for k in args.rows)][: args.first]  # fmt: skip
     if not rows:

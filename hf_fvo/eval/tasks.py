@@ -45,6 +45,7 @@ __all__ = [
     "ENGINES",
     "TASK_SUITES",
     "build_tasks",
+    "check_engines",
     "load_tasks",
     "markdown",
     "parse_output",
@@ -270,9 +271,13 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
     """One output of ``engine`` (one of :data:`ENGINES`) on ``task``, scored, timed.
 
     ``wrapped``: ``outlines.from_transformers(model, tokenizer)``, for the peers' rows.
+
+    Raises:
+        InvalidArgumentError: what :func:`check_engines` refuses.
     """
     import transformers
 
+    check_engines([engine])
     schema, instance = json.loads(task["schema"]), json.loads(task["instance"])
     ids = _chat_ids(tokenizer, task["prompt"])
     budget = task["max_new_tokens"]
@@ -296,12 +301,10 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
                 schema, tokenizer, whitespace=whitespace, vocab_size=model.config.vocab_size
             )
             particles = int(engine.split("=")[1]) if engine.startswith("particles=") else None
-            if engine not in ("masked", "masked greedy") and particles is None:
-                raise InvalidArgumentError(f"unknown engine {engine!r}; one of {ENGINES}")
             greedy = engine == "masked greedy"
-            out = generate(model, ids, grammar=grammar, phi="uniform",
-                                  do_sample=not greedy, top_k=None if greedy else 0,
-                                  particles=particles, max_new_tokens=budget)  # fmt: skip
+            out = generate(model, ids, grammar=grammar, phi="uniform", do_sample=not greedy,
+                           top_k=None if greedy else 0, particles=particles,
+                           max_new_tokens=budget)  # fmt: skip
         new = out[0, ids.shape[1] :].tolist()
     except InvalidArgumentError:
         raise
@@ -391,13 +394,43 @@ def load_tasks(name: str) -> list[dict]:
     return [json.loads(line) for line in path.open()]
 
 
+def check_engines(engines: Sequence[str]) -> list[str]:
+    """Refuse an unknown engine, or a peer engine whose packages (Outlines and the engine) are
+    not installed; return the peer engines asked for.
+
+    Example:
+        >>> from hf_fvo.eval.tasks import check_engines
+        >>> check_engines(["masked", "particles=16"])
+        []
+    """
+    import importlib.util
+
+    for engine in engines:
+        n = engine.removeprefix("particles=")
+        if engine not in ENGINES and not (engine.startswith("particles=") and n.isdigit()):
+            raise InvalidArgumentError(f"unknown engine {engine!r}: one of {', '.join(ENGINES)}")
+    peers = [e for e in engines if e in ("xgrammar", "llguidance")]
+    missing = [p for p in ("outlines", *peers) if peers and importlib.util.find_spec(p) is None]
+    if missing:
+        raise InvalidArgumentError(
+            f"the engines {peers} run through Outlines and need {missing} installed "
+            f"(pip install {' '.join(missing)}), or leave them out"
+        )
+    return peers
+
+
 def run_tasks(tasks: list[dict], engines: Sequence[str], model: Any, tokenizer: Any, *,
               seed: int = 0, whitespace: str | None = "pretty",
               progress: Callable[[dict], None] | None = None) -> list[dict]:  # fmt: skip
     """Every engine on every task, interleaved: the engines of one task run one after another
-    with the same seed (``seed`` + the task's index); ``progress`` gets each record."""
+    with the same seed (``seed`` + the task's index); ``progress`` gets each record.
+
+    Raises:
+        InvalidArgumentError: what :func:`check_engines` refuses, before any task runs.
+    """
+    peers = check_engines(engines)
     wrapped = None
-    if any(e in ("xgrammar", "llguidance") for e in engines):
+    if peers:
         import outlines
 
         wrapped = outlines.from_transformers(model, tokenizer)

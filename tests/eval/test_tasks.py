@@ -159,3 +159,23 @@ def test_bench_cli_refuses_an_unknown_engine(capsys):
     assert main(["bench", "--suite", "transcribe", "--engines", "beam"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown engine 'beam'" in err[0]
+
+
+def test_engines_are_checked_before_any_task_runs(monkeypatch):
+    """An unknown engine, a malformed particle count, or a peer without its packages installed
+    is refused by name."""
+    import importlib.util
+
+    from hf_fvo.eval.tasks import check_engines
+
+    for bad in ("beam", "particles=many"):
+        with pytest.raises(InvalidArgumentError, match="unknown engine"):
+            check_engines([bad])
+    real = importlib.util.find_spec
+    def find_spec(name, *args):
+        return None if name == "xgrammar" else real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(InvalidArgumentError, match=r"need \['xgrammar'\] installed"):
+        check_engines(["masked", "xgrammar"])
+    assert check_engines(["masked", "llguidance"]) == ["llguidance"]
