@@ -172,6 +172,7 @@ def test_engines_are_checked_before_any_task_runs(monkeypatch):
         with pytest.raises(InvalidArgumentError, match="unknown engine"):
             check_engines([bad])
     real = importlib.util.find_spec
+
     def find_spec(name, *args):
         return None if name == "xgrammar" else real(name, *args)
 
