@@ -11,37 +11,30 @@ processors it built are known by name when one of them conflicts with the gramma
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import torch
 from transformers import LogitsProcessorList
 
-from hf_fvo.errors import (
-    CheckFailedError,
-    ConstraintConflictError,
-    EmptyLanguageError,
-    InvalidArgumentError,
-    check_int,
-)
+from hf_fvo.errors import ConstraintConflictError, InvalidArgumentError, check_int
+from hf_fvo.generation.batches import row_by_row
 from hf_fvo.generation.drafts import (
     SPLITS_KEPT,
     GrammarCandidateGenerator,
     SpeculationStats,
     verifier_temperature,
 )
+from hf_fvo.generation.feasibility import check_feasible
 from hf_fvo.generation.loops import assisted_decoding, decoding_loop, why_not_assisted
 from hf_fvo.generation.mode import DecodingRequest, decoding_mode
-from hf_fvo.generation.particles import (
-    AutoParticles,
-    ParticleReport,
-    auto_particles,
-    sample_particles,
-)
+from hf_fvo.generation.options import PER_STEP_OUTPUTS, GenerateOptions, check_input_ids
+from hf_fvo.generation.particle_loop import particle_decode
+from hf_fvo.generation.particles import AutoParticles, ParticleReport
 from hf_fvo.generation.processors import FVOLogitsProcessor, vocabulary_mismatch
+from hf_fvo.generation.redraws import redraw_failed
 from hf_fvo.generation.speculative import GrammarAwareCandidateGenerator, model_vocab_size
-from hf_fvo.generation.tracker import left_padding
 from hf_fvo.grammar import Grammar
-from hf_fvo.grammar.interface import require_grammar
 from hf_fvo.models.memory import model_memory
 from hf_fvo.phi import PhiEstimator
 
@@ -180,94 +173,69 @@ def generate(
         >>> tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True) in {"yes", "no"}
         True
     """
-    input_ids = _check_input_ids(input_ids)
-    require_grammar(grammar)
-    tries = check_int("check_tries", check_tries, minimum=1)
-    options = {
-        "grammar": grammar, "phi": phi, "prompt_length": prompt_length,
-        "assistant_model": assistant_model, "draft_phi": draft_phi, "blind_draft": blind_draft,
-        "num_assistant_tokens": num_assistant_tokens, "grammar_draft": grammar_draft,
-        "particles": particles,
-    }  # fmt: skip
-    if not grammar.checked or particles is not None:  # particles weigh the check themselves
-        return _generate(model, input_ids, **options, **generate_kwargs)
-    if any(generate_kwargs.get(k) for k in _PER_STEP_OUTPUTS):
-        tries = 1  # per-step outputs (scores, a streamer) follow one draw: no redraws
-    out = _generate(model, input_ids, **options, **generate_kwargs)
-    return _redraw_failed(model, input_ids, out, tries=tries, options=options,
-                         kwargs=generate_kwargs)  # fmt: skip
+    input_ids = check_input_ids(input_ids)
+    options = GenerateOptions(
+        grammar, phi, prompt_length, assistant_model, draft_phi, blind_draft,
+        num_assistant_tokens, grammar_draft, particles, check_tries,
+    )  # fmt: skip
+    out = _generate(model, input_ids, options, generate_kwargs)
+    if not grammar.checked or options.particles is not None:  # particles weigh the check
+        return out
+
+    def again(row: torch.Tensor, kwargs: dict[str, Any]) -> Any:
+        return _generate(model, row, options, kwargs)
+
+    return redraw_failed(again, model, input_ids, out, options, generate_kwargs)
 
 
 def _generate(
-    model: Any,
-    input_ids: torch.Tensor,
-    *,
-    grammar: Grammar,
-    phi: str | PhiEstimator,
-    prompt_length: int | None,
-    assistant_model: Any,
-    draft_phi: str | PhiEstimator | None,
-    blind_draft: bool,
-    num_assistant_tokens: int | None,
-    grammar_draft: bool | None,
-    particles: int | AutoParticles | None,
-    **generate_kwargs: Any,
+    model: Any, input_ids: torch.Tensor, options: GenerateOptions, generate_kwargs: dict
 ) -> Any:
     """:func:`generate` without the redraws of a final check."""
-    _check_flags(assistant_model, draft_phi, blind_draft, num_assistant_tokens, grammar_draft)
-    if particles is not None:
-        particles = auto_particles(particles)
-        _check_particles(assistant_model, grammar_draft, generate_kwargs)
-        config = generate_kwargs.get("generation_config") or getattr(
-            model, "generation_config", None
-        )
-        if "top_k" not in generate_kwargs and getattr(config, "top_k", None) is None:
-            generate_kwargs["top_k"] = 0  # Transformers' own default (50) would truncate p_t
+    kwargs = dict(generate_kwargs)  # the call's own dict is left as given (redraws reuse it)
+    options.check_kwargs(kwargs)
+    if options.particles is not None:
+        config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+        if "top_k" not in kwargs and getattr(config, "top_k", None) is None:
+            kwargs["top_k"] = 0  # Transformers' own default (50) would truncate p_t
     request = DecodingRequest(
-        draft_model=assistant_model is not None,
-        grammar_draft=grammar_draft,
+        draft_model=options.assistant_model is not None,
+        grammar_draft=options.grammar_draft,
         rows=input_ids.shape[0],
-        copies=generate_kwargs.get("num_return_sequences") or 1,
-        per_step=tuple(k for k in _PER_STEP_OUTPUTS if generate_kwargs.get(k)),
+        copies=kwargs.get("num_return_sequences") or 1,
+        per_step=tuple(k for k in PER_STEP_OUTPUTS if kwargs.get(k)),
         encoder_decoder=getattr(getattr(model, "config", None), "is_encoder_decoder", False),
     )
-    if particles is None and decoding_mode(request) == "row_by_row":
-        return _row_by_row(
-            model, input_ids, grammar=grammar, phi=phi, prompt_length=prompt_length,
-            assistant_model=assistant_model, draft_phi=draft_phi, blind_draft=blind_draft,
-            num_assistant_tokens=num_assistant_tokens, grammar_draft=grammar_draft,
-            **generate_kwargs,
-        )  # fmt: skip
+    if options.particles is None and decoding_mode(request) == "row_by_row":
+        return row_by_row(partial(_generate, model), model, input_ids, options, kwargs)
+    grammar = options.grammar
     width = input_ids.shape[1]
-    start = width if prompt_length is None else check_int("prompt_length", prompt_length)
+    start = width if options.prompt_length is None else options.prompt_length
+    start = check_int("prompt_length", start)
     if start > width:
         raise InvalidArgumentError(f"prompt_length={start} exceeds the input's width {width}")
-    _check_tokenizers(model, grammar, assistant_model, generate_kwargs)
-    if generate_kwargs.get("attention_mask") is None:  # unpadded: Transformers cannot infer it
-        generate_kwargs["attention_mask"] = torch.ones_like(input_ids)
-    processor = FVOLogitsProcessor(grammar, phi=phi, model=model, prompt_length=start,
-                                   attention_mask=generate_kwargs["attention_mask"])  # fmt: skip
+    _check_tokenizers(model, grammar, options.assistant_model, kwargs)
+    if kwargs.get("attention_mask") is None:  # unpadded: Transformers cannot infer it
+        kwargs["attention_mask"] = torch.ones_like(input_ids)
+    processor = FVOLogitsProcessor(grammar, phi=options.phi, model=model, prompt_length=start,
+                                   attention_mask=kwargs["attention_mask"])  # fmt: skip
     processor.tracker.input_length = width  # a continuation, if any, is checked against it
     call = _Call(
-        processor, request, input_ids, width=model_vocab_size(model) or grammar.vocab_size,
-        splits=model_memory(model, "splits", SPLITS_KEPT),
-        streamer=generate_kwargs.get("streamer"), assistant_model=assistant_model,
-        draft_kwargs={"draft_phi": draft_phi, "blind": blind_draft,
-                      "num_assistant_tokens": num_assistant_tokens,
-                      "grammar_runs": grammar_draft is not False},
-        particles=particles,
+        processor, request, input_ids, options,
+        width=model_vocab_size(model) or grammar.vocab_size,
+        splits=model_memory(model, "splits", SPLITS_KEPT), streamer=kwargs.get("streamer"),
     )  # fmt: skip
-    extra = generate_kwargs.pop("logits_processor", None) or []
+    extra = kwargs.pop("logits_processor", None) or []
     out = model.generate(
         input_ids,
         logits_processor=LogitsProcessorList([processor, *extra]),
-        assistant_model=assistant_model,
+        assistant_model=options.assistant_model,
         custom_generate=call.decode,
-        **generate_kwargs,
+        **kwargs,
     )
     if call.drafted and not isinstance(out, torch.Tensor):
         out["speculation"] = call.stats
-    if particles is not None:
+    if options.particles is not None:
         if not isinstance(out, torch.Tensor):
             out["particles"] = call.reports
         return out
@@ -285,16 +253,14 @@ class _Call:
         processor: FVOLogitsProcessor,
         request: DecodingRequest,
         input_ids: torch.Tensor,
+        options: GenerateOptions,
         *,
         width: int,
         splits: Any,
         streamer: Any,
-        assistant_model: Any,
-        draft_kwargs: dict[str, Any],
-        particles: int | str | AutoParticles | None = None,
     ) -> None:
         self.processor = processor
-        self.particles = particles
+        self.particles: int | AutoParticles | None = options.particles
         self.reports: list[ParticleReport] = []
         self.request = request
         self.input_width = input_ids.shape[1]
@@ -303,8 +269,8 @@ class _Call:
         self.states = [processor.tracker.state(tuple(row[start:])) for row in input_ids.tolist()]
         self.splits = splits
         self.streamer = streamer
-        self.assistant_model = assistant_model
-        self.draft_kwargs = draft_kwargs
+        self.assistant_model = options.assistant_model
+        self.draft_kwargs = options.draft_kwargs
         self.stats = SpeculationStats()
         self.drafted = False  # whether assisted decoding ran
 
@@ -323,12 +289,15 @@ class _Call:
         rows.max_new_tokens = generation_config.max_length - input_ids.shape[1]
         processor.beam_search = (generation_config.num_beams or 1) > 1
         upstream = _upstream_of(processor, logits_processor)
-        _check_feasible(processor.grammar, self.states, rows.max_new_tokens, generation_config,
-                        self.input_width)  # fmt: skip
+        check_feasible(processor.grammar, self.states, rows.max_new_tokens, generation_config,
+                       self.input_width)  # fmt: skip
         if self.particles is not None:
-            return self.particle_decode(model, input_ids, logits_processor, generation_config,
-                                        model_kwargs)  # fmt: skip
-        asked = {k for k in _PER_STEP_OUTPUTS if getattr(generation_config, k, None)}
+            out, self.reports = particle_decode(
+                model, input_ids, logits_processor, generation_config, model_kwargs,
+                processor=processor, particles=self.particles,
+            )  # fmt: skip
+            return out
+        asked = {k for k in PER_STEP_OUTPUTS if getattr(generation_config, k, None)}
         mode = decoding_mode(replace(
             self.request,
             copies=generation_config.num_return_sequences or 1,
@@ -355,67 +324,6 @@ class _Call:
             raise ConstraintConflictError(
                 f"{exc}. Processors that ran before the grammar's in this call: {upstream}"
             ) from exc
-
-    def particle_decode(
-        self,
-        model: Any,
-        input_ids: torch.Tensor,
-        logits_processor: LogitsProcessorList,
-        generation_config: Any,
-        model_kwargs: dict[str, Any],
-    ) -> Any:
-        """Sequential Monte Carlo per prompt; each of its ``num_return_sequences`` rows is drawn
-        from the prompt's final weighted particles."""
-        from transformers.generation.utils import GenerateDecoderOnlyOutput
-
-        config = generation_config
-        if not config.do_sample:
-            raise InvalidArgumentError("particles sample: pass do_sample=True")
-        if (config.num_beams or 1) > 1:
-            raise InvalidArgumentError("particles do not combine with beam search (num_beams)")
-        cut = _truncation(config)
-        if cut:
-            raise InvalidArgumentError(
-                f"particles target μ*_B of the model's law, which {cut} truncates (set by the "
-                "call, its generation_config or the model's): drop it, or sample without "
-                "particles"
-            )
-        rows = self.processor.tracker
-        copies = config.num_return_sequences or 1
-        mask = model_kwargs.get("attention_mask")
-        pads = [0] * input_ids.shape[0] if mask is None else left_padding(mask)
-        others = [p for p in logits_processor if p is not self.processor]
-
-        def processed(padding: torch.Tensor) -> Any:
-            # the other processors see each row with its left padding, as Transformers built
-            # them for (min_new_tokens counts from the padded width)
-            def scores(ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-                ids = torch.cat([padding.expand(len(ids), -1), ids], dim=1)
-                for p in others:
-                    logits = p(ids, logits)
-                return logits
-
-            return scores
-
-        budget = config.max_length - input_ids.shape[1]
-        outputs, self.reports = [], []
-        for r in range(0, input_ids.shape[0], copies):
-            skip = pads[r]
-            found = sample_particles(
-                model, input_ids[r : r + 1, skip:], grammar=self.processor.grammar,
-                particles=self.particles, max_new_tokens=budget, phi=self.processor.estimator,
-                scores=processed(input_ids[r : r + 1, :skip]) if others else None,
-                prompt_length=rows.prompt_length - skip,
-            )  # fmt: skip
-            for j in found.draw(copies).tolist():
-                outputs.append(torch.cat([input_ids[r, :skip], found.sequences[j]]))
-                self.reports.append(found.report)
-        pad = config.pad_token_id
-        pad = self.processor.grammar.eos_token_id if pad is None else pad
-        sequences = _right_padded(outputs, pad, input_ids)
-        if config.return_dict_in_generate:
-            return GenerateDecoderOnlyOutput(sequences=sequences)
-        return sequences
 
     def candidates(self, **kw: Any) -> Any:
         config = kw["generation_config"]
@@ -447,239 +355,6 @@ def _check_tokenizers(
                 raise InvalidArgumentError(
                     f"FVO-Spec needs a draft with the target's tokenizer; drop {key}="
                 )
-
-
-def _check_flags(
-    assistant_model: Any,
-    draft_phi: Any,
-    blind_draft: bool,
-    num_assistant_tokens: int | None,
-    grammar_draft: bool | None,
-) -> None:
-    if assistant_model is None and (draft_phi != "auto" or blind_draft or num_assistant_tokens):
-        raise InvalidArgumentError(
-            "draft_phi, blind_draft and num_assistant_tokens need assistant_model"
-        )
-    if grammar_draft is not None and not isinstance(grammar_draft, bool):
-        raise InvalidArgumentError(
-            f"grammar_draft must be True, False or None, got {grammar_draft!r}"
-        )
-
-
-_NEUTRAL = {"top_k": (None, 0), "top_p": (None, 1.0), "min_p": (None, 0.0),
-            "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0),
-            "eta_cutoff": (None, 0.0)}  # fmt: skip
-
-
-def _truncation(config: Any) -> str:
-    """The warpers ``config`` turns on that cut tokens off p_t (``top_k=50``…), in words."""
-    on = [f"{k}={getattr(config, k)}" for k, neutral in _NEUTRAL.items()
-          if getattr(config, k, None) not in neutral]  # fmt: skip
-    return ", ".join(on)
-
-
-def _check_particles(
-    assistant_model: Any, grammar_draft: bool | None, generate_kwargs: dict[str, Any]
-) -> None:
-    if assistant_model is not None or grammar_draft:
-        raise InvalidArgumentError(
-            "particles do not combine with assistant_model or grammar_draft=True: drop one"
-        )
-    per_step = [k for k in _PER_STEP_OUTPUTS if generate_kwargs.get(k)]
-    if per_step:
-        raise InvalidArgumentError(f"particles return whole sequences: drop {', '.join(per_step)}")
-
-
-_PER_STEP_OUTPUTS = ("output_scores", "output_logits", "output_attentions",
-                     "output_hidden_states", "streamer")  # fmt: skip
-
-
-def _row_by_row(model: Any, input_ids: torch.Tensor, **kwargs: Any) -> Any:
-    """Speculative decoding of a batch (or of several samples per prompt): Transformers'
-    assisted decoding is batch-1, so each row (and each of its ``num_return_sequences``) runs
-    alone, from its own unpadded prompt, and samples its own law; the outputs are stacked with
-    the input's left padding and right-padded with ``pad_token_id``."""
-    from transformers.generation.utils import GenerateDecoderOnlyOutput
-
-    per_step = [k for k in _PER_STEP_OUTPUTS if kwargs.get(k)]
-    if per_step:
-        raise InvalidArgumentError(
-            f"{', '.join(per_step)} with speculative decoding needs a batch of one prompt and "
-            "num_return_sequences=1 (batches run row by row, see hf_fvo.generate)"
-        )
-    mask = kwargs.pop("attention_mask", None)
-    pads = [0] * input_ids.shape[0] if mask is None else left_padding(mask)
-    copies = check_int("num_return_sequences", kwargs.pop("num_return_sequences", 1) or 1,
-                       minimum=1)  # fmt: skip
-    prompt_length = kwargs.pop("prompt_length", None)
-    as_dict = bool(kwargs.get("return_dict_in_generate"))
-    config = kwargs.get("generation_config") or model.generation_config
-    pad = kwargs.get("pad_token_id", config.pad_token_id)
-    if pad is None:
-        pad = kwargs["grammar"].eos_token_id
-    rows, certificates, stats = [], [], SpeculationStats()
-    for r, skip in enumerate(pads):
-        start = None if prompt_length is None else prompt_length - skip
-        for _ in range(copies):
-            out = _generate(model, input_ids[r : r + 1, skip:], prompt_length=start,
-                            particles=None, **kwargs)  # fmt: skip
-            seq = out.sequences if as_dict else out
-            rows.append(torch.cat([input_ids[r, :skip], seq[0].to(input_ids.device)]))
-            if as_dict:
-                certificates += out["certificates"]
-                for name in ("proposed", "drafted", "accepted", "emitted", "free"):
-                    getattr(stats, name).extend(getattr(out["speculation"], name))
-    sequences = _right_padded(rows, pad, input_ids)
-    if not as_dict:
-        return sequences
-    out = GenerateDecoderOnlyOutput(sequences=sequences)
-    out["certificates"] = certificates
-    out["speculation"] = stats
-    return out
-
-
-def _redraw_failed(
-    model: Any,
-    input_ids: torch.Tensor,
-    out: Any,
-    *,
-    tries: int,
-    options: dict[str, Any],
-    kwargs: dict[str, Any],
-) -> Any:
-    """Redraw each returned sequence that fails the grammar's final check, from its own prompt
-    (one row, its ``attention_mask`` row), until it passes or ``tries`` draws failed."""
-    grammar: Grammar = options["grammar"]
-    as_dict = not isinstance(out, torch.Tensor)
-    sequences = out.sequences if as_dict else out
-    copies = kwargs.get("num_return_sequences") or 1
-    width = input_ids.shape[1]
-    start = width if options["prompt_length"] is None else options["prompt_length"]
-    mask = kwargs.get("attention_mask")
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
-    sampling = kwargs.get("do_sample", getattr(config, "do_sample", False))
-    beams = kwargs.get("num_beams", getattr(config, "num_beams", 1)) or 1
-    limit = tries if sampling and beams == 1 else 1
-    eos = set(grammar.eos_token_ids)
-    pad = kwargs.get("pad_token_id", getattr(config, "pad_token_id", None))
-    pad = grammar.eos_token_id if pad is None else pad
-    rows = [sequences[i] for i in range(sequences.shape[0])]
-    draws = [1] * len(rows)
-    certificates = list(out["certificates"]) if as_dict and "certificates" in out else None
-    single = {k: v for k, v in kwargs.items() if k not in ("num_return_sequences",
-                                                           "attention_mask")}  # fmt: skip
-    for i in range(len(rows)):
-        r = i // copies
-        failure = grammar.check(_output(rows[i], start, width, eos))
-        while failure is not None:
-            if draws[i] >= limit:
-                how = f"{draws[i]} draws" if limit > 1 else "the only draw"
-                raise CheckFailedError(
-                    f"sequence {i}: {how} failed the final check of {grammar.source}: "
-                    f"{failure}; raise check_tries, sample (do_sample=True, no beams, no "
-                    "per-step outputs) for redraws, or use particles=N"
-                )  # fmt: skip
-            row_mask = None if mask is None else mask[r : r + 1]
-            again = _generate(model, input_ids[r : r + 1], **options, attention_mask=row_mask,
-                              **single)  # fmt: skip
-            draws[i] += 1
-            rows[i] = (again.sequences if as_dict else again)[0].to(sequences.device)
-            if certificates is not None and "certificates" in again:
-                certificates[i] = again["certificates"][0]
-            failure = grammar.check(_output(rows[i], start, width, eos))
-    if max(draws) == 1:
-        if as_dict:
-            out["draws"] = draws
-        return out
-    stacked = _right_padded(rows, pad, sequences)
-    if not as_dict:
-        return stacked
-    out.sequences = stacked
-    out["draws"] = draws
-    if certificates is not None:
-        out["certificates"] = certificates
-    return out
-
-
-def _output(row: torch.Tensor, start: int, width: int, eos: set[int]) -> list[int]:
-    """The grammar's text of one returned row: from ``start`` to the first EOS it generated."""
-    tokens = row[start:].tolist()
-    for j in range(width - start, len(tokens)):
-        if tokens[j] in eos:
-            return tokens[:j]
-    return tokens
-
-
-def _right_padded(rows: list[torch.Tensor], pad: int, like: torch.Tensor) -> torch.Tensor:
-    """``rows`` stacked, right-padded with ``pad`` (``like``'s dtype and device)."""
-    width = max(len(row) for row in rows)
-    out = torch.full((len(rows), width), int(pad), dtype=like.dtype, device=like.device)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
-
-
-def _check_input_ids(input_ids: Any) -> torch.Tensor:
-    if input_ids is None:
-        raise InvalidArgumentError("hf_fvo.generate needs input_ids (the prompt)")
-    if not isinstance(input_ids, torch.Tensor):
-        raise InvalidArgumentError(
-            f"input_ids must be a 2-D torch.LongTensor (batch × length), got "
-            f"{type(input_ids).__name__}: use torch.tensor([ids]) or tokenizer(..., "
-            "return_tensors='pt').input_ids"
-        )
-    if input_ids.dim() != 2 or input_ids.shape[0] < 1:
-        raise InvalidArgumentError(
-            f"input_ids must be 2-D (batch × length), got shape {tuple(input_ids.shape)}: "
-            "add the batch dimension with input_ids[None]"
-        )
-    if input_ids.dtype.is_floating_point or input_ids.dtype == torch.bool:
-        raise InvalidArgumentError(
-            f"input_ids must hold token ids (integers), got {input_ids.dtype}"
-        )
-    return input_ids
-
-
-def _check_feasible(
-    grammar: Grammar, states: list[Any], budget: int, config: Any, width: int
-) -> None:
-    """Refuse, before any forward, a budget or option no member of the language can satisfy."""
-    if budget < 1:
-        raise EmptyLanguageError(
-            f"the budget leaves {budget} new tokens (max_length={config.max_length}, input "
-            f"width {width}); even EOS needs one"
-        )
-    for state in dict.fromkeys(states):  # rows sharing a state are checked once
-        if state is None:
-            continue
-        refusal = grammar.budget_refusal(
-            state, budget,
-            f"the budget of {budget} new tokens (max_new_tokens, or max_length minus the input's "
-            f"{width}, from the call, its generation_config or the model's)",
-            "; raise max_new_tokens",
-        )  # fmt: skip
-        if refusal is not None:
-            raise refusal
-        min_new = max(config.min_new_tokens or 0, (config.min_length or 0) - width)
-        longest = grammar.max_tokens_to_accept(state)
-        if min_new and longest is not None and longest < min_new:
-            raise ConstraintConflictError(
-                f"min_new_tokens/min_length asks for {min_new} tokens before EOS but the longest "
-                f"member of {grammar.source} has {longest}: drop the minimum length"
-            )
-        if min_new and min_new + 1 > budget:
-            raise ConstraintConflictError(
-                f"min_new_tokens/min_length asks for {min_new} tokens before EOS, which leaves "
-                f"no room for EOS within the budget of {budget}"
-            )
-    eos = set(grammar.eos_token_ids)
-    banned = set(config.suppress_tokens or ())
-    banned |= {w[0] for w in (config.bad_words_ids or ()) if len(w) == 1}
-    if eos <= banned:
-        raise ConstraintConflictError(
-            f"suppress_tokens/bad_words_ids ban every EOS id {sorted(eos)}: no member of "
-            f"{grammar.source} can be ended"
-        )
 
 
 def _upstream_of(processor: FVOLogitsProcessor, processors: LogitsProcessorList) -> str:

@@ -1,7 +1,8 @@
 """Transformers' decoding loops, entered by name: the one module that touches Transformers'
 private generation API (``GENERATION_MODES_MAPPING``, ``GenerationMixin._assisted_decoding``,
-``_get_candidate_generator``, the candidate generator's ``_prepare_*`` helpers), so that a
-Transformers release that moves them breaks one file.
+``_get_candidate_generator``, the assisted candidate generator's ``_update_past_and_masks`` and
+``_prepare_*`` helpers), so that a Transformers release that moves them breaks one file. The
+Transformers versions CI tests are named in docs/api.md.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from transformers import GenerationMixin
 from transformers.generation.candidate_generator import (
+    AssistedCandidateGenerator,
     _prepare_attention_mask,
     _prepare_position_ids,
     _prepare_token_type_ids,
@@ -19,7 +21,7 @@ from transformers.generation.utils import GENERATION_MODES_MAPPING
 
 from hf_fvo.errors import InvalidArgumentError
 
-__all__ = ["assisted_decoding", "decoding_loop", "why_not_assisted", "widened_model_kwargs"]
+__all__ = ["WidenedDraft", "assisted_decoding", "decoding_loop", "why_not_assisted"]
 
 
 def decoding_loop(generation_config: Any) -> Callable[..., Any]:
@@ -66,12 +68,19 @@ def why_not_assisted(model: Any, generation_config: Any, model_kwargs: dict) -> 
     return None
 
 
-def widened_model_kwargs(model_kwargs: dict, width: int, encoder_decoder: bool) -> dict:
-    """A draft's attention mask, position ids and token type ids extended to ``width`` columns,
-    as Transformers' assisted generator extends them once the draft has a cache."""
-    model_kwargs = _prepare_attention_mask(model_kwargs, width, encoder_decoder)
-    model_kwargs = _prepare_position_ids(model_kwargs, width, encoder_decoder)
-    return _prepare_token_type_ids(model_kwargs, width)
+class WidenedDraft(AssistedCandidateGenerator):
+    """Transformers' assisted candidate generator whose draft mask, position ids and token type
+    ids always cover the candidate ids it is given: tokens proposed without a draft forward
+    (the grammar's spelled-out runs) are covered also before the draft's first forward, where
+    Transformers extends them only once the draft has a cache."""
+
+    def _update_past_and_masks(self, input_ids: Any, *args: Any, **kw: Any) -> bool:
+        decoder = self.assistant_model.config.is_encoder_decoder
+        width, kwargs = input_ids.shape[-1], self.assistant_kwargs
+        kwargs = _prepare_attention_mask(kwargs, width, decoder)
+        kwargs = _prepare_position_ids(kwargs, width, decoder)
+        self.assistant_kwargs = _prepare_token_type_ids(kwargs, width)
+        return super()._update_past_and_masks(input_ids, *args, **kw)
 
 
 class _WithCandidateGenerator:

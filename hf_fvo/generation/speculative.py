@@ -17,7 +17,6 @@ from typing import Any
 
 import torch
 from transformers import LogitsProcessorList
-from transformers.generation.candidate_generator import AssistedCandidateGenerator
 
 from hf_fvo.errors import InvalidArgumentError, check_int
 from hf_fvo.generation.drafts import (
@@ -30,28 +29,15 @@ from hf_fvo.generation.drafts import (
     point_mass_logits,
     verifier_temperature,
 )
-from hf_fvo.generation.loops import widened_model_kwargs
+from hf_fvo.generation.loops import WidenedDraft
 from hf_fvo.generation.processors import FVOLogitsProcessor, vocabulary_mismatch
+from hf_fvo.generation.warpers import neutral_warpers
 from hf_fvo.phi import PhiEstimator
 
 __all__ = ["GrammarAwareCandidateGenerator", "model_vocab_size"]
 
-# generation-config fields from which generate() builds warpers (appended after custom
-# processors), at values that build none; None would be refilled from the global defaults
-# (top_k=50)
-_NEUTRAL_WARPERS = {
-    "temperature": 1.0,
-    "top_h": None,
-    "top_k": 0,
-    "top_p": 1.0,
-    "min_p": None,
-    "typical_p": 1.0,
-    "epsilon_cutoff": 0.0,
-    "eta_cutoff": 0.0,
-}
 
-
-class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
+class GrammarAwareCandidateGenerator(WidenedDraft):
     """Drafts grammar-admissible tokens for a target constrained by an ``FVOLogitsProcessor``.
 
     The target's prepared ``logits_processor`` must contain the target's
@@ -138,9 +124,7 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
             for p in self.logits_processor
             if p is not target or self.draft_processor is not None
         )
-        for name, value in _NEUTRAL_WARPERS.items():  # the target's are in the list already
-            if hasattr(self.generation_config, name):
-                setattr(self.generation_config, name, value)
+        neutral_warpers(self.generation_config)  # the target's are in the list already
         if num_assistant_tokens is not None:
             self.num_assistant_tokens = check_int(
                 "num_assistant_tokens", num_assistant_tokens, minimum=1
@@ -208,14 +192,6 @@ class GrammarAwareCandidateGenerator(AssistedCandidateGenerator):
         # the draft-length schedule sees the draft model's own tokens only
         own = max(0, min(accepted - head, drafted))
         super().update_candidate_strategy(input_ids, scores[:, : drafted + 1], own)
-
-    def _update_past_and_masks(self, input_ids: torch.LongTensor, *args: Any, **kw: Any) -> bool:
-        # the draft's mask must cover grammar-spelled tokens, also before its first forward
-        # (Transformers extends it only once the draft has a cache)
-        decoder = self.assistant_model.config.is_encoder_decoder
-        width, kwargs = input_ids.shape[-1], self.assistant_kwargs
-        self.assistant_kwargs = widened_model_kwargs(kwargs, width, decoder)
-        return super()._update_past_and_masks(input_ids, *args, **kw)
 
     def _admissible_run(self, ids: list[int], start: int) -> int:
         """How many draft tokens from ``start`` on stay admissible for the target."""
