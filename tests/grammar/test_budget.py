@@ -20,7 +20,7 @@ from transformers import GenerationConfig
 import hf_fvo
 from hf_fvo import Grammar
 from hf_fvo.errors import BudgetTooSmallError, EmptyLanguageError, GrammarError
-from hf_fvo.grammar.schema.closing import closing_bound
+from hf_fvo.grammar.schema.closing import closing_bound, pattern_bounds
 from hf_fvo.grammar.schema.prepare import prepare_json_schema
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 from hf_fvo.models import tiny_random_llama
@@ -187,8 +187,44 @@ def test_closing_bound_is_never_below_an_exact_distance():
     assert checked >= 15  # 17 of the development set have a bound and compile here
 
 
+PATTERNS = [
+    r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}.\d{3}",  # unanchored: found anywhere
+    r"^[A-Z]{2}[0-9]{3,}$",
+    r"^(ab|c)*d?$",
+    r"^(a|bcd){2,3}$",
+    r"^(x|y{3}z)*w$",
+    r"x(yz)+",
+    r"^(?:[a-c]\.){1,3}$",
+    r"(ab){2}|c{5}",
+    r"^a{2,}(bc|d)?$",
+]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_a_pattern_bound_is_never_below_an_exact_distance(pattern):
+    """Over printable ASCII (one byte a character): the exact automaton of the pattern's
+    language — a match anywhere, unless anchored — has no state farther from acceptance than
+    :func:`pattern_bounds`'s closing bound, and no shorter member than its shortest bound
+    allows (that one is an upper bound: some member is that short). A state inside a
+    multi-byte character (Python's ``\\d`` has 4-byte digits) first finishes it: at most 3
+    bytes, within the slack :func:`closing_bound` adds for an unfinished character."""
+    anchored = (pattern.startswith("^"), pattern.endswith("$"))
+    core = pattern[anchored[0] : len(pattern) - anchored[1]]
+    text = ("" if anchored[0] else "[ -~]*") + f"(?:{core})" + ("" if anchored[1] else "[ -~]*")
+    fa = Grammar.from_regex(text, BYTES, backend="automaton")
+    distances = [fa.min_tokens_to_accept(s) for s in range(fa.num_states)]
+    distances = [d for d in distances if d < 10**9]
+    shortest, farthest = pattern_bounds(pattern)
+    assert max(distances) <= farthest + 3
+    assert fa.min_tokens_to_accept(fa.initial_state) <= shortest
+
+
 def test_closing_bound_refuses_what_it_cannot_bound():
-    assert closing_bound({"type": "string", "pattern": "^a+$"}) is None
+    assert closing_bound({"type": "string", "format": "date"}) is None
+    assert closing_bound({"type": "string", "pattern": r"^a+\b"}) is None  # a word boundary
+    assert closing_bound({"type": "string", "pattern": "(?=a)b"}) is None  # look-around
+    assert closing_bound({"type": "string", "pattern": "a^b"}) is None  # an inner anchor
+    assert closing_bound({"type": "string", "pattern": "a+", "maxLength": 3}) is None
     assert closing_bound({}) is None  # any value nests without limit
     assert closing_bound({"$ref": "#"}) is None
     assert closing_bound({"type": "array", "items": {"type": "integer"}}) == 8  # "[" "-0" "]"…

@@ -7,9 +7,12 @@ C single-byte tokens), a row with at least C tokens of room admits its whole mas
 
 The bound is computed for compact JSON (or ``[ ]?`` whitespace, which a completion never needs)
 over the *prepared* schema (:func:`~hf_fvo.grammar.schema.prepare.prepare_json_schema`). Only
-keywords whose effect on completions is understood are bounded; anything else (patterns, free
+keywords whose effect on completions is understood are bounded; anything else (formats, free
 values that nest without limit, recursion, ``multipleOf``…) gives ``None``, and the grammar
-then checks candidates near the end of every budget. Pure: no engine import.
+then checks candidates near the end of every budget. A ``pattern`` is bounded from the
+standard library's parse tree of the regex (:func:`pattern_bounds`) where it has only
+characters, classes, groups, alternatives, repetitions and outer anchors. Pure: no engine
+import.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import json
 import math
 from typing import Any
 
-__all__ = ["closing_bound"]
+__all__ = ["closing_bound", "pattern_bounds"]
 
 _ESCAPE = 7  # a string left after a high surrogate "\\uD83D" needs "\\uDC00" and its quote
 _NUMBER_SLACK = 4  # '-', '.', 'e', a sign: each needs one more digit
+_CHARACTER = 11  # a string left inside a character: "\\" needs "uD83D\\uDC00" at most
+_WIDEST = 12  # bytes of any character in a JSON string (a surrogate pair's two escapes)
 _ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$comment", "$schema", "$id", "id",
     "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "$anchor",
@@ -42,7 +47,7 @@ def closing_bound(schema: Any) -> int | None:
         >>> closing_bound({"type": "object", "properties": {"ok": {"type": "boolean"}},
         ...                "required": ["ok"], "additionalProperties": False})
         65
-        >>> closing_bound({"type": "string", "pattern": "^a+$"}) is None
+        >>> closing_bound({"type": "string", "format": "date"}) is None
         True
     """
     try:
@@ -98,8 +103,17 @@ class _Bounds:
         if kind in ("integer", "number"):
             return self.number_yield(s, kind) + (_NUMBER_SLACK if closing else 0)
         if kind == "string":
-            if any(k in s for k in ("pattern", "format")):
-                raise _Unbounded("pattern")
+            if "format" in s:
+                raise _Unbounded("format")
+            if "pattern" in s:
+                if "minLength" in s or "maxLength" in s:
+                    raise _Unbounded("pattern beside a length")
+                bounds = pattern_bounds(s["pattern"])
+                if bounds is None:
+                    raise _Unbounded("pattern")
+                shortest, farthest = bounds
+                # inside: finish the character, then the regex, then the closing quote
+                return _CHARACTER + farthest + 1 if closing else shortest + 2
             return int(s.get("minLength", 0)) + (_ESCAPE if closing else 0) + 2
         if kind == "array":
             return self.array(s, seen, closing)
@@ -193,6 +207,97 @@ class _Bounds:
         unknown = set(s) - known - _ANNOTATIONS
         if unknown:
             raise _Unbounded(f"keywords {sorted(unknown)}")
+
+
+def pattern_bounds(pattern: str) -> tuple[int, int] | None:
+    r"""Bytes of a JSON string's content matching ``pattern`` (JSON Schema: found anywhere in
+    the string): an upper bound on its shortest content, and on the bytes that complete any
+    viable prefix of content (made of whole characters) into a match; ``None`` where the regex
+    is not read (look-around, backreferences, word boundaries, inner anchors, ECMA-only
+    syntax).
+
+    A viable prefix ends before a match (write a whole match), inside one (finish it) or after
+    one (nothing), so the second bound is the regex's own: a sequence finishes its current
+    item then writes the shortest of each later one, a repetition finishes its copy then
+    writes its minimum of copies, and a character costs its cheapest JSON spelling (1 byte for
+    printable ASCII, 2 for ``"``, ``\`` and the short escapes, 6 for other control characters,
+    12 where no ASCII character matches).
+
+    Example:
+        >>> from hf_fvo.grammar.schema.closing import pattern_bounds
+        >>> pattern_bounds("^[a-z]{3,}@x$"), pattern_bounds(r"\d{4}-\d{2}")
+        ((5, 5), (7, 7))
+        >>> pattern_bounds("(a|bcd)*e"), pattern_bounds(r"\bword\b") is None
+        ((1, 4), True)
+    """
+    from hf_fvo.grammar.schema.patterns import inner_anchor, python_tree
+
+    tree = python_tree(pattern, strict=True)
+    if tree is None or inner_anchor(pattern):
+        return None
+    try:
+        return _Regex(tree.state).sequence(list(tree.data), outer=True)
+    except (_Unbounded, RecursionError, ValueError, TypeError):
+        return None
+
+
+class _Regex:
+    """(shortest, closing) in bytes over :mod:`re._parser`'s nodes."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def sequence(self, items: list[Any], outer: bool = False) -> tuple[int, int]:
+        if outer:  # a leading ^ and a trailing $ only restrict where the match stands
+            last = len(items) - 1
+            items = [it for i, it in enumerate(items)
+                     if not (str(it[1]) in _OUTER_ANCHORS and i in (0, last))]  # fmt: skip
+        bounds = [self.node(op, av) for op, av in items]
+        shortest = sum(b[0] for b in bounds)
+        farthest, after = 0, 0
+        for short, far in reversed(bounds):  # finish item i, then the shortest of the rest
+            farthest = max(farthest, far + after)
+            after += short
+        return shortest, farthest
+
+    def node(self, op: Any, av: Any) -> tuple[int, int]:
+        name = str(op)
+        if name in ("LITERAL", "NOT_LITERAL", "ANY", "IN", "CATEGORY"):
+            cost = self.cheapest(op, av)
+            return cost, cost
+        if name == "SUBPATTERN":
+            return self.sequence(list(av[-1]))
+        if name == "BRANCH":
+            bounds = [self.sequence(list(b)) for b in av[1]]
+            return min(b[0] for b in bounds), max(b[1] for b in bounds)
+        if name in ("MAX_REPEAT", "MIN_REPEAT"):
+            low, high, body = av
+            if high == 0:
+                return 0, 0
+            short, far = self.sequence(list(body))
+            return low * short, far + max(low - 1, 0) * short
+        raise _Unbounded(name)  # AT inside, ASSERT, GROUPREF, ATOMIC_GROUP, POSSESSIVE_REPEAT…
+
+    def cheapest(self, op: Any, av: Any) -> int:
+        """The fewest bytes a JSON string spells one character matching the node in."""
+        import re._compiler as compiler
+        import re._parser as parser
+
+        one = compiler.compile(parser.SubPattern(self.state, [(op, av)]), self.state.flags)
+        for cost, chars in _SPELLINGS:
+            if any(one.fullmatch(ch) for ch in chars):
+                return cost
+        return _WIDEST
+
+
+_OUTER_ANCHORS = ("AT_BEGINNING", "AT_BEGINNING_STRING", "AT_END", "AT_END_STRING")
+
+# characters by the bytes of their cheapest spelling in a JSON string
+_SPELLINGS = (
+    (1, [chr(c) for c in range(0x20, 0x7F) if chr(c) not in '"\\']),
+    (2, ['"', "\\", "\b", "\f", "\n", "\r", "\t"]),
+    (6, [chr(c) for c in range(0x20) if chr(c) not in "\b\f\n\r\t"]),
+)
 
 
 def _dump(value: Any) -> str:
