@@ -58,13 +58,16 @@ def main() -> None:
     engines = args.engines.split(",")
     tasks = T.load_tasks(args.suite)[args.start : args.first]
     if args.summarize:
-        records = []
+        # per task, the records of the last file in which every engine finished it (a task an
+        # interrupted worker left half done is run whole again by the next)
+        finished: dict[str, list[dict]] = {}
         for name in args.summarize:
             with Path(name).open() as fh:
-                records += [json.loads(line) for line in fh]
-        done = {r["name"] for r in records if r["engine"] == engines[-1]}
-        records = [r for r in records if r["name"] in done]
-        report(records, len(done), whitespace, args)
+                rows = [json.loads(line) for line in fh]
+            for task in {r["name"] for r in rows if r["engine"] == engines[-1]}:
+                finished[task] = [r for r in rows if r["name"] == task]
+        records = [r for rows in finished.values() for r in rows]
+        report(records, len(finished), whitespace, args)
         return
     model = load_default_model()
     Path(args.out).mkdir(parents=True, exist_ok=True)
