@@ -663,6 +663,38 @@ class Grammar(ABC):
         off *= neg_inf  # 1 → −inf's bits, 0 → 0.0's
         return torch.from_numpy(off).view(dtype)
 
+    def admissible_words(
+        self, states: Sequence[State], remaining: Sequence[int | None]
+    ) -> np.ndarray:
+        """:meth:`admissible` for a batch of rows, packed: row i is the set at ``states[i]``
+        with ``remaining[i]`` tokens left, 32 ids a word (id t is bit ``t & 31`` of word
+        ``t >> 5``, XGrammar's and llguidance's layout), int32, shape (rows, ⌈vocab/32⌉). Each
+        distinct (state, remaining) is computed once; pushdown grammars compute their parsers'
+        masks for the distinct states together, in parallel threads.
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.grammar.bitmask import unpack
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> g = Grammar.from_choices(["yes", "no"], load_default_tokenizer())
+            >>> s = g.initial_state
+            >>> words = g.admissible_words([s, s, g.walk([105])], [None, 1, None])
+            >>> words.shape == (3, (g.vocab_size + 31) // 32)
+            True
+            >>> bool((unpack(words, g.vocab_size)[0] == g.admissible(s, None)).all())
+            True
+        """
+        from hf_fvo.grammar.bitmask import pack
+
+        found: dict[tuple[Any, int | None], np.ndarray] = {}
+        out = np.empty((len(states), (self.vocab_size + 31) // 32), dtype=np.int32)
+        for i, (state, left) in enumerate(zip(states, remaining, strict=True)):
+            key = (state if isinstance(state, Hashable) else id(state), left)
+            if key not in found:
+                found[key] = pack(self.admissible(state, left).numpy())
+            out[i] = found[key]
+        return out
+
     @property
     def eos_token_id(self) -> int:
         """The (first) end-of-sequence token id."""

@@ -729,6 +729,52 @@ class PushdownGrammar(Grammar):
             bias[list(self._eos)] = 0
         return torch.from_numpy(bias).view(dtype)
 
+    def admissible_words(
+        self, states: Sequence[PushdownState], remaining: Sequence[int | None]
+    ) -> np.ndarray:
+        out = np.zeros((len(states), (self._vocab_size + 31) // 32), dtype=np.int32)
+        plain, other = [], []
+        for i, (state, left) in enumerate(zip(states, remaining, strict=True)):
+            self._check_state(state)
+            (plain if self._parser_only(state, left) else other).append(i)
+        self._fill_words([states[i] for i in plain])
+        for i in plain:  # the parser's mask, EOS where the state accepts: allowed(), packed
+            state = states[i]
+            out[i, : self._nwords] = state._words.view(np.int32)
+            if self.is_accepting(state):
+                for e in self._eos:
+                    out.view(np.uint32)[i, e >> 5] |= np.uint32(1 << (e & 31))
+        if other:
+            out[other] = super().admissible_words([states[i] for i in other],
+                                                  [remaining[i] for i in other])  # fmt: skip
+        return out
+
+    def _parser_only(self, state: PushdownState, remaining: int | None) -> bool:
+        """Whether :meth:`admissible` is the parser's mask, unchanged, at ``state``."""
+        if state is self._terminal:
+            return False
+        if remaining is None:
+            return True
+        if remaining <= 1 or (state is self._initial and self._start_tokens + 1 > remaining):
+            return False
+        return self._closing is not None and remaining - 2 >= self._closing
+
+    def _fill_words(self, states: Sequence[PushdownState]) -> None:
+        """The parser's masks of the distinct ``states`` not computed yet, together: one
+        llguidance call fills them in parallel threads (it releases the GIL)."""
+        todo = list({id(s): s for s in states if s._words is None}.values())
+        if len(todo) < 2:
+            for state in todo:
+                self._words(state)
+            return
+        words = np.zeros((len(todo), self._nwords), dtype=np.int32)
+        _executor().unsafe_compute_mask_ptr(
+            [(state._matcher, i) for i, state in enumerate(todo)],
+            words.ctypes.data, self._nwords * 4, len(todo),
+        )  # fmt: skip
+        for state, row in zip(todo, words.view(np.uint32), strict=True):
+            state._words = row & self._ok_words[state._utf8]
+
     # -- internals ------------------------------------------------------------------------------
 
     def _words(self, state: PushdownState) -> np.ndarray:
@@ -794,3 +840,11 @@ def _bias_table(uint: type, neg_inf: Any) -> np.ndarray:
     """``table[b, i]``: bit i of byte b as a bias, 0 where set and −inf's bits where clear."""
     byte, bit = np.arange(256)[:, None], np.arange(8)[None, :]
     return np.where((byte >> bit) & 1, uint(0), neg_inf).astype(uint)
+
+
+@functools.cache
+def _executor() -> Any:
+    """llguidance's thread pool for batched masks (one per process)."""
+    import llguidance
+
+    return llguidance.LLExecutor()
