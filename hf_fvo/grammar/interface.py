@@ -633,7 +633,7 @@ class Grammar(ABC):
             >>> from hf_fvo.models import load_default_tokenizer
             >>> tok = load_default_tokenizer()
             >>> g = Grammar.from_json_schema({"type": "string", "pattern": "^a+$"}, tok)
-            >>> lazy = g.lazy_admissible(g.walk(tok.encode('"a')), 64)
+            >>> lazy = g.lazy_admissible(g.walk(tok.encode('"a')), 10)  # below the closing bound
             >>> lazy.admits(tok.encode("aa")[0]), lazy.admits(tok.encode('"')[0])
             (True, True)
             >>> bool((lazy.resolve() <= lazy.superset).all())
