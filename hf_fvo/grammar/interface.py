@@ -686,6 +686,7 @@ class Grammar(ABC):
         """
         from hf_fvo.grammar.bitmask import pack
 
+        _same_rows(states, remaining)
         found: dict[tuple[Any, int | None], np.ndarray] = {}
         out = np.empty((len(states), (self.vocab_size + 31) // 32), dtype=np.int32)
         for i, (state, left) in enumerate(zip(states, remaining, strict=True)):
@@ -771,6 +772,14 @@ class Grammar(ABC):
                 f"{self.source} was compiled for another tokenizer (its token bytes differ); "
                 "compile the grammar with this model's tokenizer"
             )
+
+
+def _same_rows(states: Sequence[Any], remaining: Sequence[Any]) -> None:
+    if len(states) != len(remaining):
+        raise InvalidArgumentError(
+            f"admissible_words needs one remaining budget per state: {len(states)} states, "
+            f"{len(remaining)} budgets"
+        )
 
 
 def require_grammar(grammar: Any) -> Grammar:

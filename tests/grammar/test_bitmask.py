@@ -105,3 +105,12 @@ def test_apply_bitmask_masks_each_row_in_place():
     assert torch.equal(torch.isinf(scores[:, :64]), ~keep)
     assert torch.equal(scores[:, :64][keep], before[:, :64][keep])
     assert bool((scores[:, 64:] == -torch.inf).all())
+
+
+def test_a_budget_per_state_is_required(smol_tokenizer):
+    """States and budgets of different lengths: a typed error naming both counts."""
+    from hf_fvo.errors import InvalidArgumentError
+
+    g = Grammar.from_choices(["yes", "no"], smol_tokenizer)
+    with pytest.raises(InvalidArgumentError, match="2 states, 1 budgets"):
+        g.admissible_words([g.initial_state] * 2, [None])

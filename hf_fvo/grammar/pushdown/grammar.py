@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError, check_int
-from hf_fvo.grammar.interface import Grammar, LazyAdmissible, bias_bits
+from hf_fvo.grammar.interface import Grammar, LazyAdmissible, _same_rows, bias_bits
 from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
 from hf_fvo.grammar.pushdown.engine import (
     PushdownTokenizer,
@@ -732,6 +732,7 @@ class PushdownGrammar(Grammar):
     def admissible_words(
         self, states: Sequence[PushdownState], remaining: Sequence[int | None]
     ) -> np.ndarray:
+        _same_rows(states, remaining)
         out = np.zeros((len(states), (self._vocab_size + 31) // 32), dtype=np.int32)
         plain, other = [], []
         for i, (state, left) in enumerate(zip(states, remaining, strict=True)):
