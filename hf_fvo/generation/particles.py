@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from hf_fvo.errors import (
@@ -43,6 +44,7 @@ from hf_fvo.errors import (
 )
 from hf_fvo.generation.tracker import RowTracker
 from hf_fvo.grammar import Grammar
+from hf_fvo.grammar.bitmask import apply_bitmask, pack
 from hf_fvo.grammar.interface import LazyAdmissible, require_grammar
 from hf_fvo.models.cache import cache_argument
 from hf_fvo.models.shared_prefix import SharedPrefixCache, shared_prefix, shared_prefix_supported
@@ -493,8 +495,8 @@ class _Masks:
     """Every live particle's mask for one step: A_t, or where the grammar decides it token by
     token the superset and the lazy set (computed once per distinct (state, remaining))."""
 
-    masks: torch.Tensor  # (distinct, V) bool
-    which: list[int]  # particle → its row of ``masks``
+    words: np.ndarray  # (distinct, ⌈V/32⌉) int32, packed (hf_fvo.grammar.bitmask)
+    which: list[int]  # particle → its row of ``words``
     lazies: list[LazyAdmissible | None]
 
 
@@ -504,44 +506,53 @@ class _Sets:
 
     def __init__(self, grammar: Grammar, rows: RowTracker) -> None:
         self.grammar, self.rows = grammar, rows
-        self.found: dict[
-            tuple[int, int | None], tuple[Any, LazyAdmissible | None, torch.Tensor]
-        ] = {}
+        self.found: dict[Key, tuple[Any, int | None, LazyAdmissible | None]] = {}
+        self.masks: dict[Key, torch.Tensor] = {}
 
     def key(self, tokens: tuple[int, ...]) -> Key:
         state, remaining = self.rows.state(tokens), self.rows.remaining(len(tokens))
         key = (id(state), remaining)
         if key not in self.found:  # (the state is kept with its entry: its id stays its own)
             lazy = self.grammar.lazy_admissible(state, remaining)
-            mask = lazy.superset if lazy is not None else self.grammar.admissible(state, remaining)
-            self.found[key] = (state, lazy, mask)
+            self.found[key] = (state, remaining, lazy)
         return key
 
-    def __getitem__(
-        self, key: tuple[int, int | None]
-    ) -> tuple[LazyAdmissible | None, torch.Tensor]:
-        _, lazy, mask = self.found[key]
+    def __getitem__(self, key: Key) -> tuple[LazyAdmissible | None, torch.Tensor]:
+        state, remaining, lazy = self.found[key]
+        mask = self.masks.get(key)
+        if mask is None:
+            mask = lazy.superset if lazy is not None else self.grammar.admissible(state, remaining)
+            self.masks[key] = mask
         return lazy, mask
+
+    def words(self, keys: list[Key]) -> np.ndarray:
+        """The keys' masks packed (the lazy superset where there is one): the grammar's sets
+        in one batched call (:meth:`~hf_fvo.grammar.Grammar.admissible_words`)."""
+        out = np.zeros((len(keys), (self.grammar.vocab_size + 31) // 32), dtype=np.int32)
+        exact = []
+        for i, key in enumerate(keys):
+            _, _, lazy = self.found[key]
+            if lazy is not None:
+                out[i] = pack(lazy.superset.numpy())
+            else:
+                exact.append(i)
+        if exact:
+            found = [self.found[keys[i]] for i in exact]
+            out[exact] = self.grammar.admissible_words([f[0] for f in found], [f[1] for f in found])
+        return out
 
 
 def _prepare_masks(sets: _Sets, generated: list[tuple[int, ...]]) -> _Masks:
     """The masks of the particles whose grammar tokens are ``generated``: it needs only their
     tokens, not the step's logits, so it can run while the forward does."""
     index: dict[Key, int] = {}
-    masks: list[torch.Tensor] = []
     which: list[int] = []
     lazies: list[LazyAdmissible | None] = []
     for tokens in generated:
         key = sets.key(tokens)
-        lazy, mask = sets[key]
-        if key not in index:
-            index[key] = len(masks)
-            masks.append(mask)
-        which.append(index[key])
-        lazies.append(lazy)
-    width = sets.grammar.vocab_size
-    return _Masks(torch.stack(masks) if masks else torch.zeros(0, width, dtype=torch.bool),
-                  which, lazies)  # fmt: skip
+        which.append(index.setdefault(key, len(index)))
+        lazies.append(sets.found[key][2])
+    return _Masks(sets.words(list(index)), which, lazies)
 
 
 @dataclass(frozen=True)
@@ -673,8 +684,9 @@ def _masked_step(
     particles at it."""
     trials = _TRIALS
     lazies = prepared.lazies
-    allowed = prepared.masks[torch.tensor(prepared.which)]
-    masked = logits.masked_fill(~allowed, -math.inf)  # float32: each row's max is subtracted
+    allowed = prepared.words[prepared.which]
+    masked = apply_bitmask(logits, allowed, out=torch.empty_like(logits))  # float32: each
+    # row's max is subtracted
     top = torch.logsumexp(masked, dim=-1)  # before exp, so no mass underflows
     z = top.double() - lse  # log p_t(mask)
     alive = torch.isfinite(z)

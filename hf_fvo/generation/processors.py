@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ from hf_fvo.errors import (
 )
 from hf_fvo.generation.tracker import RowTracker
 from hf_fvo.grammar import Grammar
-from hf_fvo.grammar.interface import BIAS_DTYPES
+from hf_fvo.grammar.bitmask import apply_bitmask_with_peaks
 from hf_fvo.phi import (
     Certificate,
     PhiContext,
@@ -35,7 +35,14 @@ from hf_fvo.phi import (
     make_estimator,
 )
 
-__all__ = ["FVOLogitsProcessor", "GrammarLogitsProcessor", "vocabulary_mismatch"]
+__all__ = [
+    "FVOLogitsProcessor",
+    "GrammarLogitsProcessor",
+    "MaskedRow",
+    "batch_words",
+    "mask_batch",
+    "vocabulary_mismatch",
+]
 
 
 class FVOLogitsProcessor(LogitsProcessor):
@@ -162,11 +169,13 @@ class FVOLogitsProcessor(LogitsProcessor):
         rows = self.tracker.begin(input_ids)
         vocab = self.grammar.vocab_size
         out = torch.empty_like(scores)  # every row's [:vocab] is written below
-        out[:, vocab:] = -torch.inf  # ids the grammar does not know (a padded embedding)
-        # no NaN/+inf in the scores: one pass over the batch, unless masking's fast path (which
-        # checks its row itself) serves every row
+        if scores.shape[1] > vocab:
+            out[:, vocab:] = -torch.inf  # ids the grammar does not know (a padded embedding)
+        # no NaN/+inf in the scores: one pass over the batch, unless masking's batched path
+        # (which checks its rows itself) serves every row
         sane = None if self._masking else _finite_or_minus_inf(scores.max())
         dead: Exception | None = None
+        masked: list[MaskedRow] = []
         for r, row in enumerate(input_ids.tolist()):
             prompt, generated = self.tracker.split(row, r, rows)
             try:
@@ -178,82 +187,49 @@ class FVOLogitsProcessor(LogitsProcessor):
                     raise
                 out[r].fill_(-torch.inf)
                 continue
-            conflict = self._score_row(out, scores, r, state, prompt, generated, sane)
-            if conflict is not None:
-                if not self.beam_search:
-                    raise conflict
-                dead = conflict
+            row_at = MaskedRow(r, state, self.tracker.remaining(len(generated)), prompt, generated)
+            if self._masking or state == self.grammar.terminal_state:
+                masked.append(row_at)
+                continue
+            dead = self._score_row(out, scores, row_at, sane) or dead
+        for row_at in self.mask_rows(out, scores, masked):  # declined: the general path decides
+            dead = self._score_row(out, scores, row_at, None) or dead
         if dead is not None and not bool(torch.isfinite(out).any()):
             raise dead
         return out
 
+    def mask_rows(
+        self, out: torch.Tensor, scores: torch.Tensor, rows: Sequence[MaskedRow]
+    ) -> list[MaskedRow]:
+        """Masking's batched path over this processor's rows (see :func:`mask_batch`);
+        returns the rows it declined."""
+        return [row for _, row in mask_batch(out, scores, [(self, row) for row in rows])]
+
     def _score_row(
-        self,
-        out: torch.Tensor,
-        scores: torch.Tensor,
-        r: int,
-        state: Any,
-        prompt: tuple[int, ...],
-        generated: tuple[int, ...],
-        sane: bool | None,
+        self, out: torch.Tensor, scores: torch.Tensor, row: MaskedRow, sane: bool | None
     ) -> ConstraintConflictError | None:
-        """Write row ``r`` of ``out``: log p_t + log Φ̂_t on the admissible set within the
-        budget, −inf elsewhere; the conflict when no admissible token has a finite score."""
-        g = self.grammar
-        if state == g.terminal_state:
-            # finished: EOS is certain, whatever the scores say (keeps EOS legal after EOS,
-            # which assisted decoding evaluates)
-            out[r].fill_(-torch.inf)
-            out[r, list(g.eos_token_ids)] = 0.0
-            return None
-        remaining = self.tracker.remaining(len(generated))
-        if self._masking and self._mask_row(out, scores, r, state, remaining):
-            self.tracker.record(generated, _MASKING_STEP)
-            return None
-        if sane is None:  # masking's fast path declined the row: NaN, +inf or nothing finite
+        """Write row ``row.index`` of ``out``: log p_t + log Φ̂_t on the admissible set within
+        the budget, −inf elsewhere. Returns the conflict when no admissible token has a finite
+        score under beam search, and raises it otherwise."""
+        g, r = self.grammar, row.index
+        if sane is None:  # masking's batched path declined the row: NaN, +inf or nothing finite
             sane = _finite_or_minus_inf(scores[r].max())
-        logits = scores[r] if sane else self._finite_scores(scores[r], state, remaining)
-        step = self.estimator.step(PhiContext(state, generated, logits, remaining, prompt))
-        self.tracker.record(generated, step.diagnostics)
+        logits = scores[r] if sane else self._finite_scores(scores[r], row.state, row.remaining)
+        context = PhiContext(row.state, row.generated, logits, row.remaining, row.prompt)
+        step = self.estimator.step(context)
+        self.tracker.record(row.generated, step.diagnostics)
         log_phi = step.log_phi
         if not bool(torch.isfinite(log_phi).any()):
-            log_phi = self._out_of_budget(state)
+            log_phi = self._out_of_budget(row.state)
         # log p_t + log Φ̂ up to the row's normaliser, which softmax ignores
         row_out = logits[: g.vocab_size].double() + log_phi.to(logits.device)
         out[r, : g.vocab_size] = row_out.to(scores.dtype)
-        if not bool(torch.isfinite(row_out).any()):
-            return self._conflict(generated, log_phi)
-        return None
-
-    def _mask_row(
-        self, out: torch.Tensor, scores: torch.Tensor, r: int, state: Any, remaining: int | None
-    ) -> bool:
-        """Masking's fast path: the incoming scores on A_t, −inf elsewhere (the same law as
-        log p_t + 0 on A_t: softmax ignores the per-row constant). False when an admissible
-        score is NaN or +inf, or none is finite: the general path then masks bad scores off
-        A_t, applies the budget fallback or raises."""
-        vocab = self.grammar.vocab_size
-        kept = out[r, :vocab]
-        if scores.device.type == "cpu" and scores.dtype in BIAS_DTYPES:
-            # scores + (0 on A_t, −inf elsewhere): a third of torch.where's time on a CPU, and
-            # in numpy where it can (single-threaded: no thread-pool round trip for 50k floats)
-            bias = self.grammar.admissible_bias(state, remaining, scores.dtype)
-            if scores.dtype == torch.bfloat16:  # numpy has no bfloat16
-                torch.add(scores[r, :vocab], bias, out=kept)
-                peak = kept.max().item()
-            else:
-                row = kept.numpy()
-                with np.errstate(invalid="ignore"):  # +inf − inf is NaN: caught below
-                    np.add(scores[r, :vocab].detach().numpy(), bias.numpy(), out=row)
-                peak = row.max()
-        else:
-            mask = self.grammar.admissible(state, remaining).to(scores.device)
-            kept.copy_(torch.where(mask, scores[r, :vocab], -torch.inf))
-            peak = kept.max().item()
-        if math.isfinite(peak):  # NaN and +inf propagate through max
-            return True
-        kept.fill_(-torch.inf)  # nothing finite: the general path decides
-        return False
+        if bool(torch.isfinite(row_out).any()):
+            return None
+        conflict = self._conflict(row.generated, log_phi)
+        if not self.beam_search:
+            raise conflict
+        return conflict
 
     def _finite_scores(self, logits: torch.Tensor, state: Any, remaining: int | None) -> Any:
         """NaN or +inf scores: on an admissible token they are an error (its probability is
@@ -299,6 +275,104 @@ class FVOLogitsProcessor(LogitsProcessor):
         log_phi = torch.full((self.grammar.vocab_size,), -torch.inf, dtype=torch.float64)
         log_phi[mask] = 0.0
         return log_phi
+
+
+class MaskedRow(NamedTuple):
+    """One row of a processor call: its index in the batch, grammar state, tokens of budget
+    left (``None``: no budget), the prompt and the generated tokens the state is read from."""
+
+    index: int
+    state: Any
+    remaining: int | None
+    prompt: tuple[int, ...]
+    generated: tuple[int, ...]
+
+
+def mask_batch(
+    out: torch.Tensor,
+    scores: torch.Tensor,
+    rows: Sequence[tuple[FVOLogitsProcessor, MaskedRow]],
+    words: np.ndarray | None = None,
+) -> list[tuple[FVOLogitsProcessor, MaskedRow]]:
+    """Masking's batched path: each row's incoming scores on its A_t, −inf elsewhere, written
+    to ``out`` in one operation from one packed bitmask (the same law as log p_t + 0 on A_t:
+    softmax ignores the per-row constant); a finished row allows EOS only, whatever its
+    scores. Rows may belong to processors of different grammars (a server's requests): the
+    bitmask is filled per grammar, once per distinct (state, remaining), unless ``words``
+    (rows × ⌈width/32⌉) is given. Returns the rows it declined — an admissible score NaN or
+    +inf, or none finite — left −inf, for the general path to mask bad scores off A_t, apply
+    the budget fallback or raise.
+
+    Example:
+        >>> import torch
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.generation import GrammarLogitsProcessor
+        >>> from hf_fvo.generation.processors import MaskedRow, mask_batch
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tok = load_default_tokenizer()
+        >>> procs = [GrammarLogitsProcessor(Grammar.from_choices([w], tok)) for w in ("yes", "no")]
+        >>> start = [MaskedRow(i, p.grammar.initial_state, None, (), ())
+        ...          for i, p in enumerate(procs)]
+        >>> rows = list(zip(procs, start))
+        >>> scores = torch.zeros(2, procs[0].grammar.vocab_size)
+        >>> out = torch.empty_like(scores)
+        >>> mask_batch(out, scores, rows), torch.isfinite(out).sum(dim=1).tolist()  # y ye yes, n no
+        ([], [3, 2])
+    """
+    if not rows:
+        return []
+    if words is None:
+        words = batch_words([(p.grammar, row.state, row.remaining) for p, row in rows],
+                            (scores.shape[1] + 31) // 32)  # fmt: skip
+    index = [row.index for _, row in rows]
+    if index == list(range(len(scores))):  # every row, in order: no gather, no scatter
+        _, peaks = apply_bitmask_with_peaks(scores, words, out=out)
+    else:
+        kept, peaks = apply_bitmask_with_peaks(scores[index], words)
+        out[index] = kept
+    declined = []
+    for (p, row), peak in zip(rows, peaks.tolist(), strict=True):
+        if row.state == p.grammar.terminal_state:
+            # EOS is certain (keeps EOS legal after EOS, which assisted decoding evaluates)
+            out[row.index].fill_(-torch.inf)
+            out[row.index, list(p.grammar.eos_token_ids)] = 0.0
+        elif math.isfinite(peak):  # NaN and +inf propagate through max
+            p.tracker.record(row.generated, _MASKING_STEP)
+        else:
+            out[row.index].fill_(-torch.inf)
+            declined.append((p, row))
+    return declined
+
+
+def batch_words(rows: Sequence[tuple[Grammar, Any, int | None]], width: int) -> np.ndarray:
+    """The packed admissible sets of rows that may belong to different grammars (a server's
+    requests), ``width`` int32 words a row (ids past a grammar's vocabulary: never
+    admissible): :meth:`Grammar.admissible_words` once per grammar over its rows.
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.generation.processors import batch_words
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> tok = load_default_tokenizer()
+        >>> a, b = Grammar.from_choices(["yes"], tok), Grammar.from_choices(["no"], tok)
+        >>> words = batch_words([(a, a.initial_state, None), (b, b.initial_state, 4)], 1536)
+        >>> words.shape
+        (2, 1536)
+    """
+    out = np.zeros((len(rows), width), dtype=np.int32)
+    groups: dict[int, list[int]] = {}
+    for i, (grammar, _, _) in enumerate(rows):
+        groups.setdefault(id(grammar), []).append(i)
+    for members in groups.values():
+        grammar = rows[members[0]][0]
+        words = grammar.admissible_words([rows[i][1] for i in members],
+                                         [rows[i][2] for i in members])  # fmt: skip
+        cut = min(width, words.shape[1])
+        if len(members) == len(rows):
+            out[:, :cut] = words[:, :cut]
+        else:
+            out[members, :cut] = words[:, :cut]
+    return out
 
 
 # masking's per-step diagnostics, as UniformPhi.step computes them: Φ̄ = 1, no spread, no bound

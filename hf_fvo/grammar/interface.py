@@ -36,6 +36,7 @@ from hf_fvo.errors import (
     TokenizerError,
     check_int,
 )
+from hf_fvo.grammar.bitmask import NEG_INF_BITS, pack
 from hf_fvo.grammar.vocabulary import TokenVocabulary, vocabulary_of
 
 if TYPE_CHECKING:
@@ -56,15 +57,7 @@ State = Hashable
 """A grammar state: an ``int`` for automata, an opaque immutable value for pushdown grammars."""
 
 
-# the bit patterns of −inf per float dtype, as unsigned integers of the same width (0.0 is 0)
-_NEG_INF_BITS: dict[torch.dtype, tuple[type, Any]] = {
-    torch.float32: (np.uint32, np.uint32(0xFF800000)),
-    torch.bfloat16: (np.uint16, np.uint16(0xFF80)),
-    torch.float16: (np.uint16, np.uint16(0xFC00)),
-}
-
-
-BIAS_DTYPES = frozenset(_NEG_INF_BITS)
+BIAS_DTYPES = frozenset(NEG_INF_BITS)
 """The dtypes :meth:`Grammar.admissible_bias` writes."""
 
 # the GrammarCompiler class, registered by hf_fvo.grammar.compiler (see register_compiler)
@@ -93,7 +86,7 @@ def bias_bits(dtype: torch.dtype) -> tuple[type, Any]:
     Raises:
         InvalidArgumentError: another dtype.
     """
-    kind = _NEG_INF_BITS.get(dtype)
+    kind = NEG_INF_BITS.get(dtype)
     if kind is None:
         raise InvalidArgumentError(
             f"admissible_bias supports float32, bfloat16 and float16, not {dtype}"
@@ -684,8 +677,6 @@ class Grammar(ABC):
             >>> bool((unpack(words, g.vocab_size)[0] == g.admissible(s, None)).all())
             True
         """
-        from hf_fvo.grammar.bitmask import pack
-
         _same_rows(states, remaining)
         found: dict[tuple[Any, int | None], np.ndarray] = {}
         out = np.empty((len(states), (self.vocab_size + 31) // 32), dtype=np.int32)

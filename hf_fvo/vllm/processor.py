@@ -8,6 +8,15 @@ the grammar in a worker process (:mod:`hf_fvo.vllm.admission`), so a bad one get
 response; the engine then builds one :class:`~hf_fvo.vllm.request.RequestProcessor` per
 sequence (each of ``n`` samples has its own).
 
+The engine's batch is one grammar step (:meth:`FVOProcessor.apply`): the masking requests'
+admissible sets are filled together — per grammar, once per distinct state and budget, the
+parser's masks in llguidance's threads — into one packed bitmask that masks their logits in one
+operation; the rest (Φ̂ estimators that read the logits) go row by row. vLLM calls
+:meth:`~FVOProcessor.update_state` before each forward with the requests' tokens so far, so that
+step starts then, in a worker thread, and overlaps the forward (``HF_FVO_VLLM_OVERLAP=0`` turns
+that off); where vLLM schedules asynchronously the last token is not known yet and the step
+runs in :meth:`~FVOProcessor.apply`.
+
 This is vLLM's V1 interface, which its CPU build and its V1 GPU runner use. vLLM refuses
 custom logits processors together with speculative decoding on that runner (its rows are not
 per draft token); the V2 runner's per-draft-row interface is not implemented here.
@@ -20,13 +29,16 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
 from hf_fvo.errors import GrammarError
+from hf_fvo.generation.processors import MaskedRow, batch_words, mask_batch
 from hf_fvo.lru import LRU
 from hf_fvo.vllm.admission import Admission, ModelInfo, compiler_for
 from hf_fvo.vllm.request import RequestProcessor, end_now
@@ -61,6 +73,10 @@ def _front_end_model() -> ModelInfo:
         "hf_fvo cannot find the served model's configuration in vLLM's front end (a vLLM "
         "version whose request admission hf_fvo does not know)"
     )
+
+
+# a row's step from the worker thread: (its request, the tokens it was read from, packed set)
+_Prepared = tuple[RequestProcessor, tuple[int, ...], np.ndarray]
 
 
 class FVOProcessor(AdapterLogitsProcessor):
@@ -113,9 +129,105 @@ class FVOProcessor(AdapterLogitsProcessor):
             )
         self._model = ModelInfo.from_config(vllm_config.model_config)
         self._estimators: LRU[tuple[str, int | None, tuple[int, ...]], Any] = LRU(256)
+        overlap = os.environ.get("HF_FVO_VLLM_OVERLAP", "1") != "0"
+        self._worker = ThreadPoolExecutor(1, "hf_fvo-grammar") if overlap else None
+        self._next: Future[dict[int, _Prepared]] | None = None
 
     def is_argmax_invariant(self) -> bool:
         return False
+
+    def update_state(self, batch_update: Any) -> None:
+        """vLLM's batch changes, before the forward; then the masking rows' grammar step
+        starts in the worker thread, to overlap the forward."""
+        self._prepared()  # a step started and never applied (e.g. a step without sampling)
+        super().update_state(batch_update)
+        if self._worker is not None and self.req_info:
+            # the tokens as they are now: vLLM may change its lists before apply
+            rows = [(index, request, tuple(ids)) for index, request, ids in self._rows()]
+            self._next = self._worker.submit(self._prepare, rows)
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        """The batch's grammar step: the masking rows in one bitmask operation (their
+        admissible sets computed in the worker thread during the forward, where their tokens
+        were known then), every other row through its own processor."""
+        if not self.req_info:
+            return logits
+        prepared = self._prepared()
+        batch: list[tuple[RequestProcessor, Sequence[int], MaskedRow]] = []
+        for index, request, output_ids in self._rows():
+            row = request.row(output_ids, index) if isinstance(request, RequestProcessor) else None
+            if row is None:  # Φ̂ reads the logits, a failed request, a placeholder token
+                logits[index] = request(output_ids, logits[index])
+            else:
+                batch.append((request, output_ids, row))
+        if batch:
+            self._mask(logits, batch, prepared)
+        return logits
+
+    def _rows(self) -> list[tuple[int, Any, Sequence[int]]]:
+        """(batch index, request processor, its output tokens so far) per hf_fvo request."""
+        return [(index, call.func, call.args[-1]) for index, call in self.req_info.items()]
+
+    def _prepare(self, rows: list[tuple[int, Any, Sequence[int]]]) -> dict[int, _Prepared]:
+        """The masking rows' states and packed admissible sets (run in the worker thread)."""
+        found = []
+        for index, request, output_ids in rows:
+            if isinstance(request, RequestProcessor):
+                row = request.row(output_ids, index)
+                if row is not None:
+                    found.append((request, row))
+        if not found:
+            return {}
+        words = batch_words([(r.processor.grammar, row.state, row.remaining) for r, row in found],
+                            (self._model.vocab_size + 31) // 32)  # fmt: skip
+        return {row.index: (request, row.generated, words[i])
+                for i, (request, row) in enumerate(found)}  # fmt: skip
+
+    def _prepared(self) -> dict[int, _Prepared]:
+        """The step the worker thread computed, once it has finished (empty if none, or if
+        it failed: the rows are then computed here)."""
+        job, self._next = self._next, None
+        if job is None:
+            return {}
+        try:
+            return job.result()
+        except Exception:
+            _log.exception("hf_fvo: the grammar step in the worker thread failed; redone")
+            return {}
+
+    def _mask(
+        self,
+        logits: torch.Tensor,
+        batch: list[tuple[RequestProcessor, Sequence[int], MaskedRow]],
+        prepared: dict[int, _Prepared],
+    ) -> None:
+        index = [row.index for _, _, row in batch]
+        scores = logits[index]  # the rows as they came (a declined row's path needs them)
+        out = torch.empty_like(scores)
+        rows = [(request.processor, row._replace(index=k))
+                for k, (request, _, row) in enumerate(batch)]  # fmt: skip
+        try:
+            width = (scores.shape[1] + 31) // 32
+            words = np.zeros((len(batch), width), dtype=np.int32)
+            todo = []
+            for k, (request, _, row) in enumerate(batch):
+                ready = prepared.get(row.index)
+                if ready is not None and ready[0] is request and ready[1] == row.generated:
+                    cut = min(width, len(ready[2]))
+                    words[k, :cut] = ready[2][:cut]
+                else:
+                    todo.append(k)
+            if todo:
+                rest = [(rows[k][0].grammar, rows[k][1].state, rows[k][1].remaining) for k in todo]
+                words[todo] = batch_words(rest, width)
+            declined = {row.index for _, row in mask_batch(out, scores, rows, words)}
+        except Exception:  # a bug: each row's own path logs it and ends only that request
+            _log.exception("hf_fvo: the batched grammar step failed; rows go one by one")
+            declined = set(range(len(batch)))
+        for k in declined:  # NaN/+inf admissible scores, nothing finite: the row's own path
+            request, output_ids, _ = batch[k]
+            out[k] = request(output_ids, scores[k])
+        logits[index] = out
 
     def new_req_logits_processor(
         self, params: SamplingParams

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from hf_fvo.generation import FVOLogitsProcessor
+from hf_fvo.generation.processors import MaskedRow
 from hf_fvo.grammar import Grammar
 from hf_fvo.phi import PhiEstimator
 
@@ -46,6 +47,36 @@ class RequestProcessor:
         self.processor.tracker.input_length = 0  # the budget counts every output token
         self._end = end_now(grammar.eos_token_ids)
         self._failed = False
+
+    def row(self, output_ids: Sequence[int], index: int = 0) -> MaskedRow | None:
+        """This request as row ``index`` of a batched masking step (see
+        :func:`~hf_fvo.generation.processors.mask_batch`), with its grammar state read from
+        its output tokens; ``None`` where the request takes the per-row path instead: Φ̂ other
+        than masking, a request that failed, tokens the grammar does not know (the per-row
+        path logs them) or a placeholder for a token not sampled yet (vLLM's asynchronous
+        scheduling writes −1 until then).
+
+        Example:
+            >>> from hf_fvo import Grammar
+            >>> from hf_fvo.phi import UniformPhi
+            >>> from hf_fvo.vllm.request import RequestProcessor
+            >>> from hf_fvo.models import load_default_tokenizer
+            >>> tok = load_default_tokenizer()
+            >>> g = Grammar.from_choices(["yes", "no"], tok)
+            >>> RequestProcessor(g, UniformPhi(g), max_tokens=8).row(tok.encode("ye")).remaining
+            7
+        """
+        if self._failed or not self.processor.estimator.is_masking:
+            return None
+        generated = tuple(output_ids)
+        if generated and generated[-1] < 0:
+            return None
+        tracker = self.processor.tracker
+        try:
+            state = tracker.state(generated)
+        except Exception:
+            return None
+        return MaskedRow(index, state, tracker.remaining(len(generated)), (), generated)
 
     def __call__(self, output_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
         if self._failed:

@@ -116,3 +116,70 @@ def test_a_failure_inside_the_engine_ends_the_request_instead_of_the_server(comp
     out = proc([99999999], torch.zeros(g.vocab_size))  # a token outside the grammar
     assert torch.isfinite(out).nonzero().flatten().tolist() == list(g.eos_token_ids)
     assert "failed" in caplog.text
+
+
+@pytest.mark.parametrize("overlap", ["1", "0"])
+def test_the_engines_batched_step_gives_each_row_what_its_own_processor_gives(
+    smol_tokenizer, monkeypatch, overlap
+):
+    """FVOProcessor.apply masks the masking rows of several grammars in one bitmask (prepared
+    in a worker thread during the forward, or not) and sends the others (OneStep) row by row:
+    every row must equal its request's own processor, bit for bit, as rows come and go, where
+    a token was a placeholder (−1) when the step was prepared, and where tokens were dropped
+    after it was."""
+    from types import SimpleNamespace
+
+    from vllm import SamplingParams
+    from vllm.v1.sample.logits_processor import BatchUpdate
+
+    from hf_fvo.models import default_model_dir
+    from hf_fvo.vllm import FVOProcessor
+
+    monkeypatch.setenv("HF_FVO_VLLM_OVERLAP", overlap)
+    vocab = len(smol_tokenizer)
+    model_config = SimpleNamespace(
+        tokenizer=str(default_model_dir()),
+        tokenizer_revision=None,
+        trust_remote_code=False,
+        get_vocab_size=lambda: vocab,
+    )
+    engine = FVOProcessor(SimpleNamespace(model_config=model_config), torch.device("cpu"), False)
+    asks = [{"json_schema": row["schema"]} for row in JSB[:4]]
+    asks += [{"choices": ["yes", "yesterday", "no"], "phi": "onestep"}, {"regex": "[0-9]{2,5}"},
+             {"choices": ["yes", "yesterday", "no"]}]  # fmt: skip
+    requests, own = [], []
+    for k, ask in enumerate(asks):
+        params = SamplingParams(max_tokens=40 + 5 * k, extra_args={KEY: ask})
+        requests.append((params, []))
+        own.append(engine.new_req_logits_processor(params))  # the reference, fed the same ids
+    added = [(k, params, None, ids) for k, (params, ids) in enumerate(requests)]
+    engine.update_state(BatchUpdate(len(requests), [], added, []))
+    slots = dict(enumerate(range(len(requests))))  # batch index → request
+    gen = torch.Generator().manual_seed(0)
+    for step in range(24):
+        if step == 6:  # request 1 leaves: rows 0, 2, 3… (the gathered path)
+            engine.update_state(BatchUpdate(len(requests) - 1, [1], [], []))
+            del slots[1]
+        elif step > 0:
+            placeholder = step % 5 == 0  # vLLM's asynchronous scheduling writes −1 first
+            last = {k: ids.pop() for k, (_, ids) in enumerate(requests) if placeholder and ids}
+            for k in last:
+                requests[k][1].append(-1)
+            engine.update_state(None)
+            for k, token in last.items():
+                requests[k][1][-1] = token
+            if step % 7 == 3:  # tokens discarded after the step was prepared (a KV-load failure)
+                for _, ids in requests:
+                    del ids[-1:]
+        logits = torch.randn(len(requests), vocab, generator=gen) * 3.0
+        want = {i: own[k](requests[k][1], logits[i].clone()) for i, k in slots.items()}
+        got = engine.apply(logits.clone())
+        for i, k in slots.items():
+            assert torch.equal(got[i], want[i]), (step, k)
+            ids = requests[k][1]
+            if ids and ids[-1] in own[k].processor.grammar.eos_token_ids:
+                ids.append(ids[-1])  # a finished row: EOS only
+            else:
+                probs = torch.softmax(got[i], -1)
+                ids.append(int(torch.multinomial(probs, 1, generator=gen)))
+    assert any(len(ids) > 3 for _, ids in requests)

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError, check_int
+from hf_fvo.grammar.bitmask import bias_table
 from hf_fvo.grammar.interface import Grammar, LazyAdmissible, _same_rows, bias_bits
 from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
 from hf_fvo.grammar.pushdown.engine import (
@@ -721,7 +722,7 @@ class PushdownGrammar(Grammar):
             return super().admissible_bias(state, remaining, dtype)
         self._check_state(state)
         words = self._words(state)
-        bias = np.take(_bias_table(uint, neg_inf), words.view(np.uint8), axis=0).reshape(-1)
+        bias = np.take(bias_table(uint, neg_inf), words.view(np.uint8), axis=0).reshape(-1)
         if len(bias) < self._vocab_size:  # ids past the parser's vocabulary: never admissible
             bias = np.concatenate([bias, np.full(self._vocab_size - len(bias), neg_inf, uint)])
         bias = bias[: self._vocab_size]
@@ -834,13 +835,6 @@ class PushdownGrammar(Grammar):
 
     def __repr__(self) -> str:
         return f"PushdownGrammar({self._source}, vocab_size={self._vocab_size})"
-
-
-@functools.cache
-def _bias_table(uint: type, neg_inf: Any) -> np.ndarray:
-    """``table[b, i]``: bit i of byte b as a bias, 0 where set and −inf's bits where clear."""
-    byte, bit = np.arange(256)[:, None], np.arange(8)[None, :]
-    return np.where((byte >> bit) & 1, uint(0), neg_inf).astype(uint)
 
 
 @functools.cache
