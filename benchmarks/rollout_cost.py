@@ -4,18 +4,22 @@ A Llama of realistic shape with random weights (timing only), the SmolLM2 tokeni
 installed (else a byte vocabulary padded to the model's vocabulary), a JSON-schema grammar, and
 ``RolloutPhi(k)`` at the positions of a grammar-masked sampled generation. Reported per position:
 batched model calls, rollout rows × steps, and wall time ÷ one cached decoding step of the same
-model (median of each).
+model (median of each); the candidates rolled out per position (the estimator's default set:
+the smallest top set holding 0.999 of the admissible p·OneStep mass, at least 16), the rows its
+memory budget lets run at once, and the process's peak memory (CUDA: the allocator's peak; CPU:
+the peak resident set, model included).
 
 Runs wherever torch runs; under ``accelerate launch`` the rollouts split across processes. GPU
 figures go to docs/benchmarks.md with the device named.
 
 Usage: python benchmarks/rollout_cost.py [--k 8] [--layers 30 --hidden 576 --heads 9 --kv 3]
-           [--positions 16] [--dtype float32|bfloat16] [--horizon 16]
+           [--positions 16] [--dtype float32|bfloat16] [--horizon 16] [--memory-gib 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 
@@ -28,6 +32,7 @@ from hf_fvo import Grammar
 from hf_fvo.grammar import TokenVocabulary
 from hf_fvo.models.cache import cache_argument, output_cache
 from hf_fvo.phi import PhiContext, RolloutPhi, UniformPhi
+from hf_fvo.phi.rollout import default_rollout_memory, rollout_rows
 
 SCHEMA = {
     "type": "object",
@@ -69,6 +74,8 @@ def main() -> None:
     parser.add_argument("--positions", type=int, default=16)
     parser.add_argument("--horizon", type=int, default=16)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--memory-gib", type=float, default=None,
+                        help="the rollout rows' budget (default: the estimator's)")  # fmt: skip
     args = parser.parse_args()
     state = PartialState()
     device = state.device
@@ -98,7 +105,12 @@ def main() -> None:
         steps.append(time.perf_counter() - t0)
     forward = statistics.median(steps[5:])
 
-    est = RolloutPhi(grammar, model, k=args.k, horizon=args.horizon, seed=0)
+    memory = None if args.memory_gib is None else int(args.memory_gib * (1 << 30))
+    est = RolloutPhi(grammar, model, k=args.k, horizon=args.horizon, seed=0, memory=memory)
+    budget = memory if memory is not None else default_rollout_memory(device)
+    chunk = rollout_rows(model, len(prompt) + args.positions + args.horizon + 1, args.vocab, budget)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     mask = UniformPhi(grammar)
     generated: tuple[int, ...] = ()
     s = grammar.initial_state
@@ -114,7 +126,9 @@ def main() -> None:
         log_phi = est.log_phi(ctx)
         _sync(device)
         seconds = time.perf_counter() - t0
-        rows.append((est.forwards - calls, est.rollout_tokens - tokens, seconds))
+        report = est.reports.get(generated)
+        rolled = report.rolled_out if report is not None else 0
+        rows.append((est.forwards - calls, est.rollout_tokens - tokens, seconds, rolled))
         # advance by sampling the masked law (random weights: the estimate is not the point)
         w = torch.log_softmax(logits.double(), -1) + mask.log_phi(ctx)
         y = int(torch.multinomial(torch.softmax(w, -1), 1, generator=gen))
@@ -125,18 +139,25 @@ def main() -> None:
     calls = statistics.median(r[0] for r in rows)
     tokens = statistics.median(r[1] for r in rows)
     wall = statistics.median(r[2] for r in rows)
+    rolled = statistics.median(r[3] for r in rows)
+    if device.type == "cuda":
+        peak = f"{torch.cuda.max_memory_allocated(device) / (1 << 30):.2f} GiB (CUDA allocator)"
+    else:  # ru_maxrss is in KiB on Linux
+        peak = f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20):.2f} GiB (RSS)"
     print(
         f"{provenance(device=device)} {state.num_processes} process(es); model: Llama "
         f"{args.layers} layers, hidden "
         f"{args.hidden}, {args.heads} heads ({args.kv} kv), vocab {args.vocab}, {args.dtype}, "
         f"random weights; tokenizer: {tok_name}; k = {args.k}, horizon {args.horizon}"
     )
-    print("| k | positions | forwards / position | rollout tokens / position | one forward | "
-          "rollout Φ / position | ratio |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    print("| k | positions | candidates / position | rows at once (budget) | forwards / position "
+          "| rollout tokens / position | one forward | rollout Φ / position | ratio | peak "
+          "memory |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(
-        f"| {args.k} | {len(rows)} | {calls:.0f} | {tokens:.0f} | {forward * 1e3:.2f} ms | "
-        f"{wall * 1e3:.2f} ms | {wall / forward:.1f} |"
+        f"| {args.k} | {len(rows)} | {rolled:.0f} | {chunk} ({budget / (1 << 30):.1f} GiB) | "
+        f"{calls:.0f} | {tokens:.0f} | {forward * 1e3:.2f} ms | {wall * 1e3:.2f} ms | "
+        f"{wall / forward:.1f} | {peak} |"
     )
 
 

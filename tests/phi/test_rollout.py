@@ -197,3 +197,90 @@ def test_infinite_language_needs_a_budget_or_horizon():
     with pytest.raises(ValueError, match="horizon"):
         RolloutPhi(g, lm).log_phi(ctx)
     assert torch.isfinite(RolloutPhi(g, lm, horizon=5).log_phi(ctx)).any()
+
+
+def _letters():
+    """A byte vocabulary, a language with 27 candidates at every step, and a tiny Llama."""
+    from hf_fvo.grammar import TokenVocabulary
+    from hf_fvo.models import tiny_random_llama
+
+    vocab = TokenVocabulary([bytes([b]) for b in range(256)] + [None], eos_token_ids=[256])
+    g = Grammar.from_regex("[a-z ]{1,8}", vocab)
+    return g, tiny_random_llama(257, eos_token_id=256, seed=3)
+
+
+@pytest.mark.parametrize("lm_kind", ["markov", "llama"])
+def test_a_seed_gives_the_same_sums_whatever_the_chunk_size(dyck, lm_kind):
+    """Row i draws from uniforms of (seed, i, step) alone: chunking the rows (to bound memory)
+    must not change a single rollout's path, so not a single sum."""
+    from hf_fvo.phi.rollout import rollout_successes
+
+    if lm_kind == "markov":
+        g, lm, _ = dyck
+        prefix, y = (BOS,), 0
+    else:
+        g, lm = _letters()
+        prefix, y = (10, 20, 30), ord("a")
+    starts = [(y, g.walk([y]))]
+    if lm_kind == "llama":
+        starts += [(t, g.walk([t])) for t in (ord("b"), ord("q"), ord(" "))]
+    sums = {rows: rollout_successes(lm, g, prefix, starts, k=64, max_steps=9, seed=11,
+                                    max_rows=rows)[0]
+            for rows in (None, 1, 5, 16, 100)}  # fmt: skip
+    assert all(torch.equal(sums[None], other) for other in sums.values()), sums
+    assert 0 < float(sums[None].sum()) < 64 * len(starts)  # not all alike: paths differ
+    again = rollout_successes(lm, g, prefix, starts, k=64, max_steps=9, seed=12)[0]
+    assert not torch.equal(again, sums[None])  # another seed, other paths
+
+
+def test_rows_in_flight_stay_within_the_memory_budget_whatever_the_candidates():
+    """The default estimator rolls out every candidate of a 27-token set ×k: with a memory
+    budget of 8 rows the model never sees more than 8 rows at once, for 3 candidates or 27,
+    and the estimates equal those of one unbounded batch."""
+    from hf_fvo.phi.rollout import rollout_rows
+
+    g, model = _letters()
+    seen: list[int] = []
+    forward = model.forward
+
+    def counting(*args, **kwargs):
+        seen.append(kwargs["input_ids"].shape[0])
+        return forward(*args, **kwargs)
+
+    model.forward = counting
+    prompt = (10, 20, 30)
+    logits = torch.zeros(g.vocab_size)
+    ctx = PhiContext(g.initial_state, (), logits, 8, prompt)
+    row_bytes = (1 << 30) // rollout_rows(model, len(prompt) + 8, g.vocab_size, 1 << 30)
+    small = RolloutPhi(g, model, k=4, memory=8 * row_bytes, seed=2, resample=False)
+    assert len(small.rolled_out(ctx)) == 27
+    estimate = small.log_phi(ctx)
+    assert max(seen) <= 8 and len(seen) > 8  # many chunks, none wider than the budget
+    few = Grammar.from_regex("[abc]{1,8}", g.vocabulary)
+    seen.clear()
+    RolloutPhi(few, model, k=4, memory=8 * row_bytes, seed=2, resample=False).log_phi(
+        PhiContext(few.initial_state, (), logits, 8, prompt)
+    )
+    assert max(seen) <= 8
+    seen.clear()
+    whole = RolloutPhi(g, model, k=4, memory=1 << 34, seed=2, resample=False).log_phi(ctx)
+    assert max(seen) == 27 * 4 and torch.equal(whole, estimate)
+
+
+def test_the_default_candidates_are_the_smallest_top_set_holding_the_coverage():
+    g, model = _letters()
+    logits = torch.linspace(0.0, 12.0, g.vocab_size)  # steep: a few letters hold the mass
+    ctx = PhiContext(g.initial_state, (), logits, 8, (10, 20, 30))
+    est = RolloutPhi(g, model, k=2, coverage=0.9)
+    chosen = est.rolled_out(ctx)
+    score = torch.log_softmax(logits.double(), -1) + OneStepPhi(g).log_phi(ctx)
+    live = [t for t in range(g.vocab_size) if math.isfinite(score[t]) and t != 256]
+    mass = torch.softmax(score[live], 0)
+    share = dict(zip(live, mass.tolist(), strict=True))
+    assert len(live) == 27 and len(chosen) >= 16
+    assert sum(share[t] for t in chosen) >= 0.9
+    if len(chosen) > 16:  # minimal above the floor of 16
+        assert sum(share[t] for t in chosen[:-1]) < 0.9
+    assert len(RolloutPhi(g, model, k=2, coverage=1.0).rolled_out(ctx)) == 27
+    with pytest.raises(hf_fvo.errors.InvalidArgumentError, match="coverage"):
+        RolloutPhi(g, model, coverage=0.0)
