@@ -41,6 +41,7 @@ from hf_fvo.phi.base import PhiContext
 from hf_fvo.phi.onestep import OneStepPhi
 
 _ALWAYS = 16  # the default candidate set is never smaller (all of them where there are fewer)
+_AT_MOST = 256  # nor larger: a flat p_t inside a free string would otherwise keep ~all 49k
 
 __all__ = [
     "GatedPhi",
@@ -75,9 +76,10 @@ class RolloutPhi(OneStepPhi):
         candidates: Roll out only the top candidates by p·Φ̂_OneStep; the rest keep their
             OneStep value and the step reports their mass (``RolloutReport``). ``None`` (the
             default): the smallest top set holding ``coverage`` of the admissible p·OneStep
-            mass, and never fewer than 16 (all of them where there are no more).
+            mass, and never fewer than 16 (all of them where there are no more) nor more
+            than 256.
         coverage: The share of mass the default candidate set holds (1.0: every candidate,
-            which inside a free JSON string is most of the vocabulary).
+            which inside a free JSON string is most of the vocabulary, without the cap of 256).
         memory: Bytes the rollout rows may take at once (their key/value caches and vocabulary
             rows, :func:`rollout_rows`); rows beyond it run in further chunks. Default: half
             the free memory of a CUDA device, 2 GiB elsewhere.
@@ -159,7 +161,7 @@ class RolloutPhi(OneStepPhi):
             return order
         mass = torch.softmax(score[order], 0).cumsum(0)
         n = int(torch.searchsorted(mass, torch.tensor([self.coverage], dtype=mass.dtype))) + 1
-        return order[: max(_ALWAYS, min(n, len(order)))]
+        return order[: min(_AT_MOST, max(_ALWAYS, n))]
 
     def _ranking(
         self, ctx: PhiContext, onestep: torch.Tensor
