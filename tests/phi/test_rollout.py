@@ -284,3 +284,16 @@ def test_the_default_candidates_are_the_smallest_top_set_holding_the_coverage():
     assert len(RolloutPhi(g, model, k=2, coverage=1.0).rolled_out(ctx)) == 27
     with pytest.raises(hf_fvo.errors.InvalidArgumentError, match="coverage"):
         RolloutPhi(g, model, coverage=0.0)
+
+
+def test_the_default_candidates_are_capped_where_p_is_flat(smol_tokenizer):
+    """A flat p_t over thousands of admissible tokens (random weights inside a string): the
+    coverage rule alone would keep nearly all of them; the default keeps 256."""
+    from hf_fvo.models import tiny_random_llama
+
+    g = Grammar.from_regex("[a-z]{1,12}", smol_tokenizer)
+    model = tiny_random_llama(g.vocab_size, eos_token_id=smol_tokenizer.eos_token_id)
+    ctx = PhiContext(g.initial_state, (), torch.zeros(g.vocab_size), 16, (1, 2, 3))
+    every = RolloutPhi(g, model, k=2, coverage=1.0).rolled_out(ctx)
+    assert len(every) > 1000
+    assert len(RolloutPhi(g, model, k=2).rolled_out(ctx)) == 256
