@@ -68,7 +68,9 @@ def _schemas(count: int) -> list[tuple[dict, dict, int]]:
     return out
 
 
-def _serve(port: int, probe_suffixes: int, overlap: bool = True) -> subprocess.Popen:
+def _serve(
+    port: int, probe_suffixes: int, overlap: bool = True, cpu_file: Path | None = None
+) -> subprocess.Popen:
     from hf_fvo.models import default_model_dir
 
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
@@ -80,6 +82,8 @@ def _serve(port: int, probe_suffixes: int, overlap: bool = True) -> subprocess.P
     print(f"server log: {log}", flush=True)
     env = {**os.environ, "HF_FVO_PROBE_SUFFIXES": str(probe_suffixes),
            "HF_FVO_VLLM_OVERLAP": "1" if overlap else "0"}  # fmt: skip
+    if cpu_file is not None:
+        env["HF_FVO_VLLM_CPU_FILE"] = str(cpu_file)
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     for _ in range(600):
         try:
@@ -99,23 +103,33 @@ def throughput(args: argparse.Namespace) -> list[str]:
     from tests.vllm.served import validate
 
     candidates = _schemas(3 * args.schemas)
-    servers, clients = [], {}
+    servers, clients, cpu = [], {}, {}
     try:
         for mode in ("hf_fvo", "serial") if args.serial else ("hf_fvo",):
             with socket.socket() as s:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
-            servers.append(_serve(port, args.probe_suffixes, overlap=mode == "hf_fvo"))
+            cpu[mode] = Path(tempfile.mkdtemp()) / "grammar_cpu"
+            servers.append(_serve(port, args.probe_suffixes, overlap=mode == "hf_fvo",
+                                  cpu_file=cpu[mode]))  # fmt: skip
             clients[mode] = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="-",
                                           max_retries=0, timeout=900)  # fmt: skip
-        return _throughput(args, candidates, clients, validate)
+        cpu["vllm"] = cpu["hf_fvo"]  # (the same server: its processor's work on those rows)
+        return _throughput(args, candidates, clients, validate, cpu)
     finally:
         for server in servers:
             server.terminate()
             server.wait(120)
 
 
-def _throughput(args, candidates, clients, validate) -> list[str]:
+def _grammar_cpu(prefix: Path) -> float:
+    """The server's hf_fvo processor CPU seconds so far (``HF_FVO_VLLM_CPU_FILE``), summed
+    over its processes."""
+    return sum(json.loads(f.read_text() or "{}").get("seconds", 0.0)
+               for f in prefix.parent.glob(prefix.name + ".*"))  # fmt: skip
+
+
+def _throughput(args, candidates, clients, validate, cpu) -> list[str]:
     import openai
 
     client = clients["hf_fvo"]
@@ -156,17 +170,18 @@ def _throughput(args, candidates, clients, validate) -> list[str]:
         return choice.finish_reason, out.usage.completion_tokens, valid
 
     modes = ["hf_fvo", "vllm", *clients.keys() - {"hf_fvo"}]
-    totals = {m: {"seconds": 0.0, "requests": 0, "tokens": 0, "complete": 0, "valid": 0}
-              for m in modes}  # fmt: skip
+    totals = {m: {"seconds": 0.0, "requests": 0, "tokens": 0, "complete": 0, "valid": 0,
+                  "cpu": 0.0} for m in modes}  # fmt: skip
     with ThreadPoolExecutor(len(requests)) as pool:
         for mode in modes:  # warm-up: compile every grammar once in each mode
             list(pool.map(lambda r, m=mode: one(m, r), requests))
         for k in range(args.rounds):
             for mode in modes if k % 2 == 0 else modes[::-1]:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), _grammar_cpu(cpu[mode])
                 results = list(pool.map(lambda r, m=mode: one(m, r), requests))
                 total = totals[mode]
                 total["seconds"] += time.perf_counter() - t0
+                total["cpu"] += _grammar_cpu(cpu[mode]) - c0
                 total["requests"] += len(results)
                 total["tokens"] += sum(t for _, t, _ in results)
                 total["complete"] += sum(f == "stop" for f, _, _ in results)
@@ -193,8 +208,9 @@ def _throughput(args, candidates, clients, validate) -> list[str]:
            "code with the grammar step in the forward's critical path (`HF_FVO_VLLM_OVERLAP=0`) "
            "serves the third row") + ".",
         "",
-        "| | requests/s | tokens/s | complete (EOS in budget) | valid (jsonschema) |",
-        "|---|---|---|---|---|",
+        "| | requests/s | tokens/s | complete (EOS in budget) | valid (jsonschema) | s a round "
+        "| hf_fvo processor CPU s a round |",
+        "|---|---|---|---|---|---|---|",
     ]  # fmt: skip
     names = {"hf_fvo": "hf_fvo (masking, `vllm_xargs`)", "vllm": "vLLM `structured_outputs`",
              "serial": "hf_fvo, grammar step after the forward"}  # fmt: skip
@@ -202,9 +218,18 @@ def _throughput(args, candidates, clients, validate) -> list[str]:
         t = totals[m]
         n = t["requests"]
         lines.append(f"| {names[m]} | {rate[m][0]:.2f} | {rate[m][1]:.1f} | "
-                     f"{t['complete']}/{n} | {t['valid']}/{n} |")  # fmt: skip
+                     f"{t['complete']}/{n} | {t['valid']}/{n} | {t['seconds'] / args.rounds:.2f} "
+                     f"| {t['cpu'] / args.rounds:.2f} |")  # fmt: skip
     lines += ["", f"Ratio hf_fvo / vLLM: requests/s {rate['hf_fvo'][0] / rate['vllm'][0]:.2f}, "
               f"tokens/s {rate['hf_fvo'][1] / rate['vllm'][1]:.2f}."]  # fmt: skip
+    gap = (totals["hf_fvo"]["seconds"] - totals["vllm"]["seconds"]) / args.rounds
+    lines += [
+        "",
+        f"Per round, hf_fvo's rounds took {gap:.2f} s longer than vLLM's; its processor "
+        f"used {totals['hf_fvo']['cpu'] / args.rounds:.2f} s of CPU (the grammar step "
+        "in both threads and building new requests' processors, "
+        "`HF_FVO_VLLM_CPU_FILE`).",
+    ]
     if "serial" in rate:
         lines[-1] += (f" Overlapped / after the forward: requests/s "
                       f"{rate['hf_fvo'][0] / rate['serial'][0]:.2f}.")  # fmt: skip

@@ -25,9 +25,11 @@ per draft token); the V2 runner's per-draft-row interface is not implemented her
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -93,6 +95,8 @@ class FVOProcessor(AdapterLogitsProcessor):
 
     Server limits (environment): ``HF_FVO_VLLM_MAX_GRAMMAR_BYTES`` (262144),
     ``HF_FVO_VLLM_COMPILE_SECONDS`` (10), ``HF_FVO_VLLM_ADMISSION_WORKERS`` (2).
+    ``HF_FVO_VLLM_CPU_FILE=PATH`` writes the grammar step's CPU seconds so far (both threads;
+    rows, steps) as JSON to ``PATH.<pid>`` after every engine step.
 
     Example:
         >>> from hf_fvo.vllm import FVOProcessor
@@ -132,6 +136,10 @@ class FVOProcessor(AdapterLogitsProcessor):
         overlap = os.environ.get("HF_FVO_VLLM_OVERLAP", "1") != "0"
         self._worker = ThreadPoolExecutor(1, "hf_fvo-grammar") if overlap else None
         self._next: Future[dict[int, _Prepared]] | None = None
+        where = os.environ.get("HF_FVO_VLLM_CPU_FILE")
+        self._cpu_file = None if not where else f"{where}.{os.getpid()}"
+        self._cpu = {"seconds": 0.0, "rows": 0, "steps": 0}  # the grammar step's, so far
+        self._cpu_lock = threading.Lock()
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -139,12 +147,14 @@ class FVOProcessor(AdapterLogitsProcessor):
     def update_state(self, batch_update: Any) -> None:
         """vLLM's batch changes, before the forward; then the masking rows' grammar step
         starts in the worker thread, to overlap the forward."""
+        start = time.thread_time()  # (new requests' processors are built here)
         self._prepared()  # a step started and never applied (e.g. a step without sampling)
         super().update_state(batch_update)
         if self._worker is not None and self.req_info:
             # the tokens as they are now: vLLM may change its lists before apply
             rows = [(index, request, tuple(ids)) for index, request, ids in self._rows()]
             self._next = self._worker.submit(self._prepare, rows)
+        self._count(time.thread_time() - start, 0, 0)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         """The batch's grammar step: the masking rows in one bitmask operation (their
@@ -152,6 +162,7 @@ class FVOProcessor(AdapterLogitsProcessor):
         were known then), every other row through its own processor."""
         if not self.req_info:
             return logits
+        start = time.thread_time()
         prepared = self._prepared()
         batch: list[tuple[RequestProcessor, Sequence[int], MaskedRow]] = []
         for index, request, output_ids in self._rows():
@@ -162,7 +173,20 @@ class FVOProcessor(AdapterLogitsProcessor):
                 batch.append((request, output_ids, row))
         if batch:
             self._mask(logits, batch, prepared)
+        self._count(time.thread_time() - start, len(self.req_info), 1)
         return logits
+
+    def _count(self, seconds: float, rows: int, steps: int) -> None:
+        """Add to the grammar step's CPU time (``HF_FVO_VLLM_CPU_FILE``)."""
+        if self._cpu_file is None:
+            return
+        with self._cpu_lock:  # (the worker thread adds its part too)
+            self._cpu["seconds"] += seconds
+            self._cpu["rows"] += rows
+            self._cpu["steps"] += steps
+            if steps:
+                with open(self._cpu_file, "w") as f:
+                    json.dump(self._cpu, f)
 
     def _rows(self) -> list[tuple[int, Any, Sequence[int]]]:
         """(batch index, request processor, its output tokens so far) per hf_fvo request."""
@@ -170,6 +194,13 @@ class FVOProcessor(AdapterLogitsProcessor):
 
     def _prepare(self, rows: list[tuple[int, Any, Sequence[int]]]) -> dict[int, _Prepared]:
         """The masking rows' states and packed admissible sets (run in the worker thread)."""
+        start = time.thread_time()
+        try:
+            return self._prepare_rows(rows)
+        finally:
+            self._count(time.thread_time() - start, 0, 0)
+
+    def _prepare_rows(self, rows: list[tuple[int, Any, Sequence[int]]]) -> dict[int, _Prepared]:
         found = []
         for index, request, output_ids in rows:
             if isinstance(request, RequestProcessor):

@@ -120,13 +120,15 @@ def test_a_failure_inside_the_engine_ends_the_request_instead_of_the_server(comp
 
 @pytest.mark.parametrize("overlap", ["1", "0"])
 def test_the_engines_batched_step_gives_each_row_what_its_own_processor_gives(
-    smol_tokenizer, monkeypatch, overlap
+    smol_tokenizer, monkeypatch, overlap, tmp_path
 ):
     """FVOProcessor.apply masks the masking rows of several grammars in one bitmask (prepared
     in a worker thread during the forward, or not) and sends the others (OneStep) row by row:
     every row must equal its request's own processor, bit for bit, as rows come and go, where
     a token was a placeholder (−1) when the step was prepared, and where tokens were dropped
-    after it was."""
+    after it was. The step's CPU time is counted per step and row (HF_FVO_VLLM_CPU_FILE)."""
+    import json
+    import os
     from types import SimpleNamespace
 
     from vllm import SamplingParams
@@ -136,6 +138,7 @@ def test_the_engines_batched_step_gives_each_row_what_its_own_processor_gives(
     from hf_fvo.vllm import FVOProcessor
 
     monkeypatch.setenv("HF_FVO_VLLM_OVERLAP", overlap)
+    monkeypatch.setenv("HF_FVO_VLLM_CPU_FILE", str(tmp_path / "cpu"))
     vocab = len(smol_tokenizer)
     model_config = SimpleNamespace(
         tokenizer=str(default_model_dir()),
@@ -183,3 +186,5 @@ def test_the_engines_batched_step_gives_each_row_what_its_own_processor_gives(
                 probs = torch.softmax(got[i], -1)
                 ids.append(int(torch.multinomial(probs, 1, generator=gen)))
     assert any(len(ids) > 3 for _, ids in requests)
+    spent = json.loads((tmp_path / f"cpu.{os.getpid()}").read_text())
+    assert spent["steps"] == 24 and spent["rows"] == 6 * 7 + 18 * 6 and spent["seconds"] > 0

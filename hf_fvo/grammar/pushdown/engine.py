@@ -104,6 +104,7 @@ class PushdownTokenizer:
         )
         self._content_table: tuple[np.ndarray, np.ndarray, dict[int, tuple[int, ...]]] | None = None
         self._spaces_only: np.ndarray | None = None
+        self._content_index: np.ndarray | None = None
 
     @property
     def spaces_only(self) -> np.ndarray:
@@ -122,6 +123,13 @@ class PushdownTokenizer:
         from a character boundary, the state after them (:func:`~.utf8.string_content`: 0 on
         a boundary, 1–7 inside a UTF-8 character, 8–19 inside an escape); −1 elsewhere."""
         return self._content()[0]
+
+    @property
+    def content_index(self) -> np.ndarray:
+        """:attr:`content_after` as array indices (a lookup by it is ~2× faster than by int8)."""
+        if self._content_index is None:
+            self._content_index = self.content_after.astype(np.intp)
+        return self._content_index
 
     @property
     def content_chars(self) -> np.ndarray:

@@ -542,7 +542,7 @@ class PushdownGrammar(Grammar):
                     if len(fill) + len(witness) <= room}  # fmt: skip
             has_tail = np.zeros(STRING_STATES + 1, dtype=np.uint8)  # + the -1 slot
             has_tail[list(ends)] = 1
-            fits = has_tail[table] & cand
+            fits = has_tail[tok.content_index] & cand
             chars = tok.content_chars
             needed = np.flatnonzero(np.bincount(chars[fits == 1])) if self._counted else ()
             inside = self._inside_string(state, witness, list(needed))
@@ -553,7 +553,7 @@ class PushdownGrammar(Grammar):
             keep |= content
             entry[2] = (content, ends, table)
             cand &= table < 0  # the other content tokens are not searched (docstring)
-        rest = np.flatnonzero(cand)
+        rest = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
         pool = rest  # what no test has certified yet: the searches' candidates
         afters = self._utf8_next[utf8, rest]
         suffix = b"".join(self._vocab.token_bytes[t] for t in tails.get(0, ()))
@@ -565,9 +565,14 @@ class PushdownGrammar(Grammar):
             keep[hit] = 1
             entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
             rest, afters = rest[~whole], afters[~whole]  # the probe said no to the others
-        for y, after in zip(rest.tolist(), afters.tolist(), strict=True):
-            tail = tails.get(after)
-            if tail is not None and done.parses(matcher, (y, *tail)):
+        if tails:  # (only tokens whose UTF-8 state after them has a tail: one parse each)
+            has = np.zeros(256, dtype=bool)  # by the UTF-8 state as a byte (−1: 255)
+            has[np.fromiter(tails, dtype=np.int64, count=len(tails)) & 0xFF] = True
+            has = has[afters.astype(np.uint8)]
+            rest, afters = rest[has], afters[has]
+        for y, after in zip(rest.tolist(), afters.tolist(), strict=True) if tails else ():
+            tail = tails[after]
+            if done.parses(matcher, (y, *tail)):
                 keep[y] = 1  # the witness still completes after y
                 heirs.setdefault(y, tail)
         parent = None if state._hints is None else state._hints.get(room + 1)
