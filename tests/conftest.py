@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n K: the cores shared among K workers
+    import torch
+
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
 
 CORPUS = [
     "hello world, the quick brown fox jumps over the lazy dog",

@@ -18,7 +18,7 @@ def test_ci_runs_the_readme_test_command():
     ci = _command_lines((ROOT / ".ci" / "run").read_text())
     readme = _command_lines((ROOT / "README.md").read_text())
     assert len(ci) == 1 and len(readme) == 2
-    assert ci[0] in readme and ci[0].endswith("python -m pytest -q && tests/vllm/run")
+    assert ci[0] in readme and ci[0].endswith("python -m pytest -q -n 2 && tests/vllm/run")
     assert any(line.endswith("hf-fvo demo") for line in readme)
     assert all("torch==2.13.0" in line.split("&&")[0] for line in readme)
 
