@@ -39,7 +39,7 @@ import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from hf_fvo.errors import GrammarError
+from hf_fvo.errors import GrammarError, InvalidArgumentError
 from hf_fvo.generation.processors import MaskedRow, batch_words, mask_batch
 from hf_fvo.lru import LRU
 from hf_fvo.vllm.admission import Admission, ModelInfo, compiler_for
@@ -140,6 +140,13 @@ class FVOProcessor(AdapterLogitsProcessor):
         self._cpu_file = None if not where else f"{where}.{os.getpid()}"
         self._cpu = {"seconds": 0.0, "rows": 0, "steps": 0}  # the grammar step's, so far
         self._cpu_lock = threading.Lock()
+        if self._cpu_file is not None:
+            try:
+                self._write_cpu()
+            except OSError as e:
+                raise InvalidArgumentError(
+                    f"HF_FVO_VLLM_CPU_FILE={where!r}: cannot write {self._cpu_file!r} ({e})"
+                ) from e
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -185,8 +192,16 @@ class FVOProcessor(AdapterLogitsProcessor):
             self._cpu["rows"] += rows
             self._cpu["steps"] += steps
             if steps:
-                with open(self._cpu_file, "w") as f:
-                    json.dump(self._cpu, f)
+                try:
+                    self._write_cpu()
+                except OSError:  # (it was writable at start: log it, never stop the engine)
+                    _log.exception("hf_fvo: HF_FVO_VLLM_CPU_FILE can no longer be written")
+                    self._cpu_file = None
+
+    def _write_cpu(self) -> None:
+        assert self._cpu_file is not None
+        with open(self._cpu_file, "w") as f:
+            json.dump(self._cpu, f)
 
     def _rows(self) -> list[tuple[int, Any, Sequence[int]]]:
         """(batch index, request processor, its output tokens so far) per hf_fvo request."""

@@ -118,6 +118,26 @@ def test_a_failure_inside_the_engine_ends_the_request_instead_of_the_server(comp
     assert "failed" in caplog.text
 
 
+def test_an_unwritable_cpu_file_is_refused_at_start_naming_the_variable(monkeypatch, tmp_path):
+    """HF_FVO_VLLM_CPU_FILE pointing where nothing can be written fails when the engine builds
+    the processor, with a typed error naming the variable, not at the first step inside vLLM."""
+    from types import SimpleNamespace
+
+    from hf_fvo.errors import InvalidArgumentError
+    from hf_fvo.models import default_model_dir
+    from hf_fvo.vllm import FVOProcessor
+
+    monkeypatch.setenv("HF_FVO_VLLM_CPU_FILE", str(tmp_path / "missing" / "cpu"))
+    model_config = SimpleNamespace(
+        tokenizer=str(default_model_dir()),
+        tokenizer_revision=None,
+        trust_remote_code=False,
+        get_vocab_size=lambda: 49152,
+    )
+    with pytest.raises(InvalidArgumentError, match="HF_FVO_VLLM_CPU_FILE"):
+        FVOProcessor(SimpleNamespace(model_config=model_config), torch.device("cpu"), False)
+
+
 @pytest.mark.parametrize("overlap", ["1", "0"])
 def test_the_engines_batched_step_gives_each_row_what_its_own_processor_gives(
     smol_tokenizer, monkeypatch, overlap, tmp_path
