@@ -565,12 +565,11 @@ class PushdownGrammar(Grammar):
             keep[hit] = 1
             entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
             rest, afters = rest[~whole], afters[~whole]  # the probe said no to the others
-        if tails:  # (only tokens whose UTF-8 state after them has a tail: one parse each)
-            has = np.zeros(256, dtype=bool)  # by the UTF-8 state as a byte (−1: 255)
-            has[np.fromiter(tails, dtype=np.int64, count=len(tails)) & 0xFF] = True
-            has = has[afters.astype(np.uint8)]
-            rest, afters = rest[has], afters[has]
-        for y, after in zip(rest.tolist(), afters.tolist(), strict=True) if tails else ():
+        # one parse per token whose UTF-8 state after it has a tail
+        tailed = np.zeros(256, dtype=bool)  # by the UTF-8 state as a byte (−1: 255)
+        tailed[[u & 0xFF for u in tails]] = True
+        with_tail = tailed[afters.astype(np.uint8)]
+        for y, after in zip(rest[with_tail].tolist(), afters[with_tail].tolist(), strict=True):
             tail = tails[after]
             if done.parses(matcher, (y, *tail)):
                 keep[y] = 1  # the witness still completes after y
