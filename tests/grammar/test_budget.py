@@ -320,6 +320,59 @@ def test_a_long_witness_inside_a_string_is_probed_in_parts(smol_tokenizer):
         assert bool(neutral[y]) == g._completer.parses(s._matcher, (y, *witness)), y
 
 
+def test_a_probe_vocabulary_is_built_once_parsing_would_cost_as_much_and_sets_do_not_change(
+    smol_tokenizer,
+):
+    """A probe vocabulary (~0.3 s to build) is built for a suffix only once its candidates,
+    asked over calls, reach the build's cost in parses (ski rental); before, the budget rule
+    parses them one by one. Both ways give the same admissible set, bit for bit (a
+    patternProperties key on a development schema, ~15,000 candidates, as in the vLLM replay)."""
+    from hf_fvo.grammar.pushdown import engine
+
+    schema = {"type": "object", "additionalProperties": False,
+              "patternProperties": {"^[a-zA-Z0-9-]{1,64}$": {"type": "string"}}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer)
+    tk, prefix = g._tokenizer, smol_tokenizer.encode('{"')
+    s = g.walk(prefix)
+    room = g.tokens_to_accept(s) + 2
+    suffix = b"".join(g.vocabulary.token_bytes[t] for t in g.completion(s))
+    assert int(g.allowed(s).sum()) > 10_000
+    tk._probes.pop(suffix)
+    tk._asked.pop(suffix)
+    parsed = g._within(s, room).copy()  # the candidates parsed: asked once, below the rent
+    assert suffix not in tk._probes and tk._asked.get(suffix) > 10_000
+    rent = engine._PROBE_RENT * len(g.vocabulary)
+    assert tk.probe(suffix, rent - tk._asked.get(suffix) - 1) is None  # one parse short
+    assert tk.probe(suffix, 1) is not None and suffix in tk._probes  # now built, and kept
+    fresh = g.walk(prefix)
+    assert fresh is not s
+    probed = g._within(fresh, room)
+    assert fresh._rooms[room][2] is not None  # the probe decided this time
+    assert (parsed == probed).all() and parsed.sum() > 1_000
+
+
+def test_with_no_room_left_a_token_is_kept_exactly_where_its_next_state_accepts(smol_tokenizer):
+    """With room 0 after y (EOS must follow it) no search runs: y's next state accepting is
+    the whole question. The answer matches the searches' for every candidate (a number that
+    may end or go on, on a development schema's integer)."""
+    schema = {"type": "object", "required": ["n"], "additionalProperties": False,
+              "properties": {"n": {"type": "integer"}}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    done = g._completer
+    for text in ('{"n":1', '{"n":12}'[:-1], '{"n":-', '{"n"'):
+        s = g.walk(smol_tokenizer.encode(text))
+        searcher = g._bytewise.parser(s)
+        kept = 0
+        for y in g.allowed(s).nonzero().flatten().tolist():
+            if y in g.eos_token_ids:
+                continue
+            found = done.complete(s._matcher, searcher, s._utf8, first=y, passes="breadth")
+            want = () if found == () else None
+            assert g._searched(s, y, 0) == want, (text, smol_tokenizer.decode([y]))
+            kept += want == ()
+        assert kept == (1 if text.startswith('{"n":1') else 0)  # "}" closes it
+
+
 def test_a_bare_processor_given_too_small_a_budget_warns_and_masks_to_the_grammar(smol_tokenizer):
     """generate() refuses such a budget; a processor used directly cannot, so it keeps the
     grammar's mask (never an all −inf row, which would crash sampling) and says why."""

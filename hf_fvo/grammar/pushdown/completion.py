@@ -181,7 +181,8 @@ class Completer:
         vocabulary at the same text (neither is changed). With ``first``, the completion is
         that of the state after token ``first`` (the result excludes it). ``passes``:
         ``"both"`` (breadth first, then depth first if that found nothing), ``"breadth"`` or
-        ``"depth"`` alone (a completion, not the byte-shortest)."""
+        ``"depth"`` alone (a completion, not the byte-shortest), or ``"none"``: only the empty
+        completion, where the parser state accepts (no search)."""
         head: tuple[int, ...] = ()
         after = utf8
         if first is not None:
@@ -196,6 +197,8 @@ class Completer:
         if after == 0 and searcher.is_accepting():
             # asked of the parser itself: it may accept where validating a lone EOS says no
             return () if (advanced(matcher, first) if head else matcher).is_accepting() else None
+        if passes == "none":
+            return None
         text = None if passes == "depth" else self._bytes_bfs(searcher, after)
         if text is None and passes != "breadth":
             text = self._bytes_dfs(searcher, after, nodes)

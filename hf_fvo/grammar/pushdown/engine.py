@@ -56,6 +56,11 @@ _PROBE_TRIE = 4_000_000
 # probe vocabularies kept, one per suffix (20–190 MB each, by the suffix's length): 8 particles
 # rarely need more; a server with many concurrent rows sets HF_FVO_PROBE_SUFFIXES higher
 _PROBE_SUFFIXES = 8
+# a probe vocabulary costs about as much to build as this many parses per vocabulary token
+# (0.25–0.39 s for SmolLM2's 49,152 tokens and suffixes of 11–31 bytes, against ~1.25 µs a
+# parse of a candidate: 4–6; measured 2026-11-28)
+_PROBE_RENT = 5
+_PROBE_ASKED = 4096  # suffixes whose parses so far are counted toward a build
 
 
 def limits() -> Any:
@@ -97,6 +102,7 @@ class PushdownTokenizer:
         self.ok, self.utf8_next, self.ok_words, self.completer = self._filter(utf8_tables)
         self._json_text: tuple[np.ndarray, np.ndarray, Completer] | None = None
         self._probes: LRU[bytes, Any] = LRU(_probe_suffixes())
+        self._asked: LRU[bytes, int] = LRU(_PROBE_ASKED)  # candidates parsed, per suffix
         # a control byte no JSON text holds raw, spelled by one token: the free-string mark
         spellings = self.completer.spellings
         self.marker = next(
@@ -174,7 +180,9 @@ class PushdownTokenizer:
                     words[s, e >> 5] &= ~np.uint32(1 << (e & 31))
         return ok, nxt, words, Completer(self.vocab, nxt, words)
 
-    def probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:
+    def probe(
+        self, suffix: bytes, asked: int | None = None
+    ) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...] | None:
         """Parts of a probe vocabulary: per part an ``LLTokenizer`` over the vocabulary plus one
         id per token of the part (``n + j`` spells token ``ids[j]``'s bytes followed by
         ``suffix`` and a NUL byte), ``ids``, and the parsers built over it, by definition
@@ -184,7 +192,23 @@ class PushdownTokenizer:
         so the tokens are split into as many parts as the suffix's length needs (one up to
         ~70 bytes); built in ~0.3 s and 20–110 MB a part, kept for the last 8 suffixes
         (``HF_FVO_PROBE_SUFFIXES``; particles, or a server's rows, in different states probe
-        with different suffixes each step)."""
+        with different suffixes each step).
+
+        ``asked``: how many candidates the caller would otherwise parse one by one. A
+        vocabulary not kept is then built only once the candidates asked with its suffix reach
+        what building costs (``_PROBE_RENT`` parses a vocabulary token), and ``None`` is
+        returned until then: ski rental, so a suffix asked once (a server's rows mostly
+        differ) costs its parses, never a build, and no suffix costs more than about twice
+        the cheaper of the two."""
+        if asked is not None:
+            parts = self._probes.get(suffix)
+            if parts is not None:
+                return parts
+            total = self._asked.get(suffix, 0) + asked
+            if total < _PROBE_RENT * len(self.vocab):
+                self._asked.put(suffix, total)
+                return None
+            self._asked.pop(suffix)
         return self._probes.get_or_build(suffix, lambda: self._probe(suffix))
 
     def _probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:

@@ -450,6 +450,8 @@ class PushdownGrammar(Grammar):
         the room is below the state's witness. A depth-first one may be longer than the
         shortest: the child keeps it as :class:`~hf_fvo.grammar.pushdown.state.Loose`."""
         done, searcher = self._completer, self._bytewise.parser(state)
+        if room == 0:  # only the empty completion fits: whether y's next state accepts
+            return done.complete(state._matcher, searcher, state._utf8, first=y, passes="none")
         witness = state._witness
         if not isinstance(witness, tuple) or len(witness) <= room:
             # (where not even the state's witness fits after y, y must shorten it: the
@@ -559,12 +561,13 @@ class PushdownGrammar(Grammar):
         suffix = b"".join(self._vocab.token_bytes[t] for t in tails.get(0, ()))
         if (0 in tails and len(rest) >= _PROBE_FROM and len(suffix) <= _PROBE_BYTES
                 and self._probe_definition is not None):  # fmt: skip
-            neutral = self._probe(state, suffix)
-            whole = afters == 0
-            hit = rest[whole & (neutral[rest] == 1)]
-            keep[hit] = 1
-            entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
-            rest, afters = rest[~whole], afters[~whole]  # the probe said no to the others
+            neutral = self._probe(state, suffix, len(rest))
+            if neutral is not None:  # (else: parsed one by one below)
+                whole = afters == 0
+                hit = rest[whole & (neutral[rest] == 1)]
+                keep[hit] = 1
+                entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
+                rest, afters = rest[~whole], afters[~whole]  # the probe said no to the others
         # one parse per token whose UTF-8 state after it has a tail
         tailed = np.zeros(256, dtype=bool)  # by the UTF-8 state as a byte (−1: 255)
         tailed[[u & 0xFF for u in tails]] = True
@@ -621,14 +624,20 @@ class PushdownGrammar(Grammar):
                     keep[y] = 1
                     heirs.setdefault(y, rest)
 
-    def _probe(self, state: PushdownState, suffix: bytes) -> np.ndarray:
+    def _probe(
+        self, state: PushdownState, suffix: bytes, asked: int | None = None
+    ) -> np.ndarray | None:
         """For every token y at once: whether y then ``suffix`` completes a member from
         ``state`` (one mask per part of the probe vocabulary, its parser replayed to
-        ``state``)."""
+        ``state``); ``None`` where the vocabulary is not kept and ``asked`` candidates are
+        cheaper to parse one by one (:meth:`PushdownTokenizer.probe`)."""
         import llguidance
 
+        parts = self._tokenizer.probe(suffix, asked)
+        if parts is None:
+            return None
         neutral = np.zeros(self._n, dtype=np.uint8)
-        for vocab, ids, roots in self._tokenizer.probe(suffix):
+        for vocab, ids, roots in parts:
             root = roots.get(self._probe_definition)
             if root is None:
                 root = llguidance.LLMatcher(vocab, self._probe_definition, log_level=0,
