@@ -99,11 +99,22 @@ class RowTracker:
             self.prompt_length = width
         if self.input_length is None:
             self.input_length = width
+        self.expect_rows(rows)
+        return rows
+
+    def expect_rows(self, rows: int) -> None:
+        """Make room for ``rows`` rows' states (the widest batch seen, or the requests that
+        share this tracker): a pushdown grammar keeps ``max(256, 4 × rows)`` of them, up to
+        ``cache_size``."""
         if rows > self._rows:
             self._rows = rows
             if self.grammar.backend == "pushdown":
                 self._states.size = min(self._cache_size, max(_PUSHDOWN_STATES, 4 * rows))
-        return rows
+
+    @property
+    def rows(self) -> int:
+        """The most rows this tracker has been asked to serve at once."""
+        return self._rows
 
     # -- rows -----------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -40,7 +41,7 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
 from hf_fvo.errors import GrammarError, InvalidArgumentError
-from hf_fvo.generation.processors import MaskedRow, batch_words, mask_batch
+from hf_fvo.generation.processors import FVOLogitsProcessor, MaskedRow, batch_words, mask_batch
 from hf_fvo.lru import LRU
 from hf_fvo.vllm.admission import Admission, ModelInfo, compiler_for
 from hf_fvo.vllm.request import RequestProcessor, end_now
@@ -133,6 +134,12 @@ class FVOProcessor(AdapterLogitsProcessor):
             )
         self._model = ModelInfo.from_config(vllm_config.model_config)
         self._estimators: LRU[tuple[str, int | None, tuple[int, ...]], Any] = LRU(256)
+        # the live requests' processors, by grammar, budget and EOS: identical requests (``n``
+        # samples, a schema many clients send with one max_tokens) share their grammar states
+        # and budget checks; a processor goes with the last request holding it
+        self._live: weakref.WeakValueDictionary[
+            tuple[str, int | None, tuple[int, ...]], FVOLogitsProcessor
+        ] = weakref.WeakValueDictionary()
         overlap = os.environ.get("HF_FVO_VLLM_OVERLAP", "1") != "0"
         self._worker = ThreadPoolExecutor(1, "hf_fvo-grammar") if overlap else None
         self._next: Future[dict[int, _Prepared]] | None = None
@@ -291,7 +298,14 @@ class FVOProcessor(AdapterLogitsProcessor):
             if phi is None:
                 phi = spec.estimator(grammar, params.max_tokens)
                 self._estimators.put(key, phi)
-            return RequestProcessor(grammar, phi, params.max_tokens)
+            shared = self._live.get(key)
+            if shared is not None and (
+                shared.grammar is not grammar or shared.estimator is not phi
+            ):
+                shared = None  # (the grammar or estimator was rebuilt since)
+            request = RequestProcessor(grammar, phi, params.max_tokens, shared)
+            self._live[key] = request.processor
+            return request
         except Exception:  # admitted, so a bug: an exception here would stop every request
             _log.exception("hf_fvo: building an admitted request's processor failed")
             return end_now(eos)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.generation import FVOLogitsProcessor
 from hf_fvo.generation.processors import MaskedRow
 from hf_fvo.grammar import Grammar
@@ -41,10 +42,28 @@ class RequestProcessor:
         1
     """
 
-    def __init__(self, grammar: Grammar, phi: PhiEstimator, max_tokens: int | None) -> None:
-        self.processor = FVOLogitsProcessor(grammar, phi, prompt_length=0,
-                                            max_new_tokens=max_tokens)  # fmt: skip
-        self.processor.tracker.input_length = 0  # the budget counts every output token
+    def __init__(
+        self,
+        grammar: Grammar,
+        phi: PhiEstimator,
+        max_tokens: int | None,
+        processor: FVOLogitsProcessor | None = None,
+    ) -> None:
+        """``processor``: the processor of another request with the same grammar, Φ̂ and
+        budget, to share (a pure function of the tokens, memoised by prefix: requests that
+        agree on a prefix then share its grammar state and budget check); default a new one."""
+        if processor is None:
+            processor = FVOLogitsProcessor(grammar, phi, prompt_length=0,
+                                           max_new_tokens=max_tokens)  # fmt: skip
+            processor.tracker.input_length = 0  # the budget counts every output token
+        elif (processor.grammar is not grammar or processor.estimator is not phi
+              or processor.tracker.max_new_tokens != max_tokens):  # fmt: skip
+            raise InvalidArgumentError(
+                "a shared processor must have the request's own grammar, Φ̂ and max_tokens"
+            )
+        else:
+            processor.tracker.expect_rows(processor.tracker.rows + 1)
+        self.processor = processor
         self._end = end_now(grammar.eos_token_ids)
         self._failed = False
 

@@ -167,6 +167,9 @@ def test_the_engines_batched_step_gives_each_row_what_its_own_processor_gives(
         get_vocab_size=lambda: vocab,
     )
     engine = FVOProcessor(SimpleNamespace(model_config=model_config), torch.device("cpu"), False)
+    # the references: another engine's processors (the engine shares its own among requests)
+    reference = FVOProcessor(SimpleNamespace(model_config=model_config), torch.device("cpu"),
+                             False)  # fmt: skip
     asks = [{"json_schema": row["schema"]} for row in JSB[:4]]
     asks += [{"choices": ["yes", "yesterday", "no"], "phi": "onestep"}, {"regex": "[0-9]{2,5}"},
              {"choices": ["yes", "yesterday", "no"]}]  # fmt: skip
@@ -174,7 +177,7 @@ def test_the_engines_batched_step_gives_each_row_what_its_own_processor_gives(
     for k, ask in enumerate(asks):
         params = SamplingParams(max_tokens=40 + 5 * k, extra_args={KEY: ask})
         requests.append((params, []))
-        own.append(engine.new_req_logits_processor(params))  # the reference, fed the same ids
+        own.append(reference.new_req_logits_processor(params))  # fed the same ids
     added = [(k, params, None, ids) for k, (params, ids) in enumerate(requests)]
     engine.update_state(BatchUpdate(len(requests), [], added, []))
     slots = dict(enumerate(range(len(requests))))  # batch index → request
@@ -208,3 +211,65 @@ def test_the_engines_batched_step_gives_each_row_what_its_own_processor_gives(
     assert any(len(ids) > 3 for _, ids in requests)
     spent = json.loads((tmp_path / f"cpu.{os.getpid()}").read_text())
     assert spent["steps"] == 24 and spent["rows"] == 6 * 7 + 18 * 6 and spent["seconds"] > 0
+
+
+def test_identical_requests_share_one_processor_and_get_the_scores_they_get_alone(smol_tokenizer):
+    """Requests with the same grammar, budget and EOS (vLLM's ``n`` samples, a schema many
+    clients send with one max_tokens) share one processor while any of them is live, so a
+    prefix's grammar state and budget check are computed once; another budget gets its own.
+    Sharing changes no score (bit for bit against an unshared processor), one request's failure
+    ends only that request, and the shared processor goes with the last request holding it."""
+    import gc
+    import weakref
+    from types import SimpleNamespace
+
+    from vllm import SamplingParams
+
+    from hf_fvo.models import default_model_dir
+    from hf_fvo.vllm import FVOProcessor
+
+    model_config = SimpleNamespace(
+        tokenizer=str(default_model_dir()),
+        tokenizer_revision=None,
+        trust_remote_code=False,
+        get_vocab_size=lambda: len(smol_tokenizer),
+    )
+
+    def engine() -> FVOProcessor:
+        return FVOProcessor(SimpleNamespace(model_config=model_config), torch.device("cpu"), False)
+
+    server, alone = engine(), engine()
+
+    def params(max_tokens: int) -> SamplingParams:
+        return SamplingParams(
+            max_tokens=max_tokens, extra_args={KEY: {"json_schema": JSB[0]["schema"]}}
+        )
+
+    a, b = server.new_req_logits_processor(params(30)), server.new_req_logits_processor(params(30))
+    other = server.new_req_logits_processor(params(31))
+    assert a.processor is b.processor and other.processor is not a.processor
+    ref = alone.new_req_logits_processor(params(30))
+    gen = torch.Generator().manual_seed(0)
+    ids: list[int] = []
+    eos = set(ref.processor.grammar.eos_token_ids)
+    while not ids or ids[-1] not in eos:  # a's draws; b asks for each prefix after a
+        logits = torch.randn(len(smol_tokenizer), generator=gen) * 3.0
+        got = a(ids, logits.clone())
+        assert torch.equal(got, b(ids, logits.clone())) and torch.equal(
+            got, ref(ids, logits.clone())
+        )
+        assert a.row(ids).state is b.row(ids).state  # computed once
+        ids.append(int(torch.multinomial(torch.softmax(got, -1), 1, generator=gen)))
+    assert len(ids) > 3
+    out = a([99999999], torch.zeros(len(smol_tokenizer)))  # a token outside the grammar
+    assert torch.isfinite(out).nonzero().flatten().tolist() == sorted(eos)
+    assert torch.equal(b(ids[:2], torch.zeros(len(smol_tokenizer))),
+                       ref(ids[:2], torch.zeros(len(smol_tokenizer))))  # b goes on  # fmt: skip
+    x, y = server.new_req_logits_processor(params(32)), server.new_req_logits_processor(params(32))
+    assert x.processor is y.processor
+    x(ids[:1], torch.zeros(len(smol_tokenizer)))
+    gone = weakref.ref(x.processor)
+    del x, y
+    gc.collect()
+    assert gone() is None
+    assert server.new_req_logits_processor(params(32)).processor.tracker.rows == 1
