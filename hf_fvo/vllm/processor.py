@@ -44,7 +44,7 @@ from hf_fvo.errors import GrammarError, InvalidArgumentError
 from hf_fvo.generation.processors import FVOLogitsProcessor, MaskedRow, batch_words, mask_batch
 from hf_fvo.lru import LRU
 from hf_fvo.vllm.admission import Admission, ModelInfo, compiler_for
-from hf_fvo.vllm.request import RequestProcessor, end_now
+from hf_fvo.vllm.request import RequestProcessor, end_now, shareable
 from hf_fvo.vllm.spec import KEY, RequestSpec, check_sampling
 
 __all__ = ["FVOProcessor"]
@@ -299,9 +299,7 @@ class FVOProcessor(AdapterLogitsProcessor):
                 phi = spec.estimator(grammar, params.max_tokens)
                 self._estimators.put(key, phi)
             shared = self._live.get(key)
-            if shared is not None and (
-                shared.grammar is not grammar or shared.estimator is not phi
-            ):
+            if shared is not None and not shareable(shared, grammar, phi, params.max_tokens):
                 shared = None  # (the grammar or estimator was rebuilt since)
             request = RequestProcessor(grammar, phi, params.max_tokens, shared)
             self._live[key] = request.processor

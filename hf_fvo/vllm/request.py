@@ -20,7 +20,7 @@ from hf_fvo.generation.processors import MaskedRow
 from hf_fvo.grammar import Grammar
 from hf_fvo.phi import PhiEstimator
 
-__all__ = ["RequestProcessor", "end_now"]
+__all__ = ["RequestProcessor", "end_now", "shareable"]
 
 _log = logging.getLogger("hf_fvo.vllm")
 
@@ -56,8 +56,7 @@ class RequestProcessor:
             processor = FVOLogitsProcessor(grammar, phi, prompt_length=0,
                                            max_new_tokens=max_tokens)  # fmt: skip
             processor.tracker.input_length = 0  # the budget counts every output token
-        elif (processor.grammar is not grammar or processor.estimator is not phi
-              or processor.tracker.max_new_tokens != max_tokens):  # fmt: skip
+        elif not shareable(processor, grammar, phi, max_tokens):
             raise InvalidArgumentError(
                 "a shared processor must have the request's own grammar, Φ̂ and max_tokens"
             )
@@ -110,6 +109,26 @@ class RequestProcessor:
             _log.exception("hf_fvo: the request's processor failed; its output ends here")
             self._failed = True
             return self._end((), logits)
+
+
+def shareable(
+    processor: FVOLogitsProcessor, grammar: Grammar, phi: PhiEstimator, max_tokens: int | None
+) -> bool:
+    """Whether a request with this grammar, Φ̂ and budget may share ``processor``.
+
+    Example:
+        >>> from hf_fvo import Grammar
+        >>> from hf_fvo.phi import UniformPhi
+        >>> from hf_fvo.vllm.request import RequestProcessor, shareable
+        >>> from hf_fvo.models import load_default_tokenizer
+        >>> g = Grammar.from_choices(["yes", "no"], load_default_tokenizer())
+        >>> phi = UniformPhi(g)
+        >>> p = RequestProcessor(g, phi, max_tokens=8).processor
+        >>> shareable(p, g, phi, 8), shareable(p, g, phi, 9)
+        (True, False)
+    """
+    return (processor.grammar is grammar and processor.estimator is phi
+            and processor.tracker.max_new_tokens == max_tokens)  # fmt: skip
 
 
 def end_now(eos_token_ids: Sequence[int]) -> Callable[[Sequence[int], torch.Tensor], torch.Tensor]:

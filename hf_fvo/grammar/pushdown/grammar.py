@@ -558,8 +558,8 @@ class PushdownGrammar(Grammar):
         rest = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
         pool = rest  # what no test has certified yet: the searches' candidates
         afters = self._utf8_next[utf8, rest]
-        suffix = b"".join(self._vocab.token_bytes[t] for t in tails.get(0, ()))
-        if (0 in tails and len(rest) >= _PROBE_FROM and len(suffix) <= _PROBE_BYTES
+        suffix = self._text(tails[0]) if 0 in tails and len(rest) >= _PROBE_FROM else None
+        if (suffix is not None and len(suffix) <= _PROBE_BYTES
                 and self._probe_definition is not None):  # fmt: skip
             neutral = self._probe(state, suffix, len(rest))
             if neutral is not None:  # (else: parsed one by one below)
