@@ -225,6 +225,7 @@ def test_identical_requests_share_one_processor_and_get_the_scores_they_get_alon
 
     from vllm import SamplingParams
 
+    from hf_fvo.errors import InvalidArgumentError
     from hf_fvo.models import default_model_dir
     from hf_fvo.vllm import FVOProcessor
 
@@ -248,6 +249,8 @@ def test_identical_requests_share_one_processor_and_get_the_scores_they_get_alon
     a, b = server.new_req_logits_processor(params(30)), server.new_req_logits_processor(params(30))
     other = server.new_req_logits_processor(params(31))
     assert a.processor is b.processor and other.processor is not a.processor
+    with pytest.raises(InvalidArgumentError, match="shared processor"):  # another budget's
+        RequestProcessor(a.processor.grammar, a.processor.estimator, 31, a.processor)
     ref = alone.new_req_logits_processor(params(30))
     gen = torch.Generator().manual_seed(0)
     ids: list[int] = []
