@@ -570,3 +570,89 @@ def test_fewest_tokens_matches_the_textbook_programme(smol_tokenizer):
     texts += [b" " * 100, b"-" * 90, b""]
     for text in texts:
         assert done.fewest_tokens(text) == textbook(text), text
+
+
+def test_the_byte_search_walks_a_forced_run_at_once_and_finds_what_it_found_byte_by_byte(
+    smol_tokenizer,
+):
+    """The breadth-first byte search walks the bytes a lone node's grammar forces in one
+    step instead of one expansion each. It must return exactly what the byte-by-byte search
+    (written out here) returns — including where its expansions would run out inside a forced
+    run (a 40-byte required key) — at every state along MaskBench's valid instances, and leave
+    the caller's parser as it was."""
+    from collections import deque
+
+    from hf_fvo.grammar.pushdown.completion import _BFS_NODES, BYTE_EOS, advanced
+
+    def byte_by_byte(done, searcher, utf8):
+        queue = deque([(searcher, -1, utf8, b"")])
+        for _ in range(_BFS_NODES):
+            if not queue:
+                return None
+            m, b, u, text = queue.popleft()
+            if b >= 0:
+                m, text = advanced(m, b), text + bytes([b])
+            for b in done._allowed_bytes(m, u):
+                cu = done._byte_next[u][b]
+                if cu == 0 and m.validate_tokens([b, BYTE_EOS]) == 2:
+                    return text + bytes([b])
+                queue.append((m, b, cu, text))
+        return None
+
+    key = "k" * 40
+    long_key = {"type": "object", "required": [key], "properties": {key: {"type": "integer"}}}
+    rows = [{"schema": long_key, "tests": [{"valid": True, "data": {key: 7}}]}]
+    rows += [json.loads(line) for line in MASKBENCH.open()]
+    checked, found, forced = 0, 0, 0
+    for row in rows[:40]:
+        data = next((t["data"] for t in row["tests"] if t["valid"]), None)
+        if data is None:
+            continue
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        except GrammarError:
+            continue
+        done, s = g._completer, g.initial_state
+        for token in smol_tokenizer.encode(json.dumps(data, separators=(",", ":")))[:40]:
+            searcher = g._bytewise.parser(s)
+            before = searcher.compute_bitmask()
+            got = done._bytes_bfs(searcher, s._utf8)
+            assert got == byte_by_byte(done, searcher, s._utf8), (row.get("description"), got)
+            assert searcher.compute_bitmask() == before
+            checked += 1
+            found += got is not None
+            forced += len(searcher.compute_ff_bytes()) > 1
+            s = g.next_state(s, token)
+            if s is None:
+                break
+    assert checked >= 300 and found >= 50 and forced >= 50, (checked, found, forced)
+
+
+def test_a_child_spells_its_witness_s_suffixes_from_its_parent_s_list(smol_tokenizer):
+    """A state's witness inherited from its parent spells a suffix of the parent's witness
+    text, and a suffix's fewest-token spelling depends on the suffix only: the child slices
+    the parent's list of spellings instead of recomputing it. Along development-set schemas'
+    witnesses the slice is taken and equals a fresh computation."""
+    sliced = 0
+    for row in _dev_schemas(12, seed=3):
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        except (GrammarError, EmptyLanguageError):
+            continue
+        s = g.initial_state
+        witness = g.completion(s)
+        for _ in range(12):
+            if not witness:
+                break
+            text = g._text(witness)
+            spellings = g._suffixes(s, text)
+            assert spellings == g._completer.suffix_spellings(text)
+            child = g.next_state(s, witness[0])
+            if child._witness == witness[1:] and witness[1:]:
+                rest = g._text(witness[1:])
+                kept = g._suffixes(child, rest)
+                assert kept == g._completer.suffix_spellings(rest)
+                assert kept[0] is spellings[len(text) - len(rest)]  # sliced, not recomputed
+                sliced += 1
+            s, witness = child, witness[1:]
+    assert sliced >= 30, sliced

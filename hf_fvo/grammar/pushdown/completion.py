@@ -39,6 +39,8 @@ _DFS_NODES = 8_000  # and each depth-first pass
 MAX_DEPTH = 4096  # bytes
 BYTE_EOS = 256  # EOS in the byte vocabulary the searches parse over (ids 0–255: the bytes)
 _FEW = 6  # allowed bytes up to which a search walks them rather than its classes
+_PICKED = 4096  # sets of allowed bytes whose search order a completer keeps
+_BYTES = [bytes([b]) for b in range(256)]
 
 
 def _byte_class(b: int) -> str:
@@ -137,6 +139,7 @@ class Completer:
         self._rank = [0] * 256
         for i, b in enumerate(_ORDER):
             self._rank[b] = i
+        self._picked: dict[int, tuple[int, ...]] = {}  # _allowed_bytes's, by set and `every`
         self.fill = self._fills()
         # per UTF-8 state, per token: the state after it, −1 where it breaks UTF-8 (lists:
         # utf8_after walks completions token by token)
@@ -294,12 +297,23 @@ class Completer:
 
     # -- searches over bytes (on the byte-vocabulary parser) ---------------------------------
 
-    def _allowed_bytes(self, searcher: Any, utf8: int, every: bool = False) -> list[int]:
+    def _allowed_bytes(self, searcher: Any, utf8: int, every: bool = False) -> tuple[int, ...]:
         """One allowed byte per search class (its lowest), in search order (closers first);
-        with ``every``, all of them."""
+        with ``every``, all of them (kept per set of allowed bytes: the searches meet the same
+        few sets again and again)."""
         bits = int.from_bytes(searcher.compute_bitmask(), "little") & self._byte_ok[utf8]
+        key = bits << 1 | every
+        known = self._picked.get(key)
+        if known is None:
+            if len(self._picked) >= _PICKED:
+                self._picked.clear()
+            known = self._picked[key] = self._pick(bits, every)
+        return known
+
+    def _pick(self, bits: int, every: bool) -> tuple[int, ...]:
         if every:
-            return sorted((b for b in range(256) if bits >> b & 1), key=self._rank.__getitem__)
+            every_byte = (b for b in range(256) if bits >> b & 1)
+            return tuple(sorted(every_byte, key=self._rank.__getitem__))
         out = []
         if bits.bit_count() <= _FEW:  # a few bytes: walk them, lowest first
             seen = set()
@@ -316,23 +330,43 @@ class Completer:
                 if hit:
                     out.append((hit & -hit).bit_length() - 1)
         out.sort(key=self._rank.__getitem__)
-        return out
+        return tuple(out)
 
     def _bytes_bfs(self, searcher: Any, utf8: int, every: bool = False) -> bytes | None:
         # a child's parser is copied only when it is expanded (most of the last level never
-        # is); whether it accepts is asked of its parent: the byte, then EOS
+        # is); whether it accepts is asked of its parent: the byte, then EOS; a child holds
+        # its parent's text (most are never expanded)
         queue: deque[tuple[Any, int, int, bytes]] = deque([(searcher, -1, utf8, b"")])
-        for _ in range(_BFS_NODES):
+        left = _BFS_NODES  # expansions
+        while left:
             if not queue:
                 return None
             m, b, u, text = queue.popleft()
             if b >= 0:
                 m = advanced(m, b)
+                text += _BYTES[b]
+            if not queue:
+                # a lone node whose next bytes the grammar forces: the search would expand
+                # them one child each, none accepting before the last; walk them at once
+                forced = m.compute_ff_bytes()
+                if len(forced) > 1:
+                    walk = forced[:-1]
+                    if len(walk) >= left:
+                        return None  # (the expansions would end inside them)
+                    for f in walk:
+                        if not self._byte_ok[u] >> f & 1:
+                            return None  # (UTF-8 forbids it: the search would find no child)
+                        u = self._byte_next[u][f]
+                    m = m.deep_copy() if b < 0 else m  # (the caller's parser stays as it is)
+                    m.consume_tokens(list(walk))
+                    text += walk
+                    left -= len(walk)
+            left -= 1
             for b in self._allowed_bytes(m, u, every):
                 cu = self._byte_next[u][b]
                 if cu == 0 and m.validate_tokens([b, BYTE_EOS]) == 2:
-                    return text + bytes([b])
-                queue.append((m, b, cu, text + bytes([b])))
+                    return text + _BYTES[b]
+                queue.append((m, b, cu, text))
         return None
 
     def _bytes_dfs(self, searcher: Any, utf8: int, nodes: int, every: bool = False) -> bytes | None:

@@ -215,9 +215,11 @@ class PushdownGrammar(Grammar):
         if not matcher.consume_token(token):
             raise GrammarError(f"internal: llguidance refused token {token} its mask allowed")
         shadows = (Follower.child(state._bytewise, token), Follower.child(state._marked, token))
-        return PushdownState(self, matcher, int(self._utf8_next[state._utf8, token]),
-                             self._inherited(state, token), (*state._path, token),
-                             shadows, state._rooms)  # fmt: skip
+        child = PushdownState(self, matcher, int(self._utf8_next[state._utf8, token]),
+                              self._inherited(state, token), (*state._path, token),
+                              shadows, state._rooms)  # fmt: skip
+        child._suffixes = state._suffixes  # (a witness inherited from it spells a suffix)
+        return child
 
     def is_accepting(self, state: PushdownState) -> bool:
         self._check_state(state)
@@ -420,10 +422,17 @@ class PushdownGrammar(Grammar):
 
     def _suffixes(self, state: PushdownState, text: bytes) -> list[tuple[int, ...] | None]:
         """The fewest-token spellings of every suffix of ``text`` (the state's witness's
-        bytes), computed once per state."""
-        if state._suffixes is None or state._suffixes[0] != text:
-            state._suffixes = (text, self._completer.suffix_spellings(text))
-        return state._suffixes[1]
+        bytes), computed once per state; where ``text`` ends the parent's witness text (a
+        witness inherited from it), the parent's list from there: a suffix's spelling depends
+        on the suffix only."""
+        known = state._suffixes
+        if known is None or known[0] != text:
+            if known is not None and len(known[0]) > len(text) and known[0].endswith(text):
+                known = (text, known[1][len(known[0]) - len(text) :])
+            else:
+                known = (text, self._completer.suffix_spellings(text))
+            state._suffixes = known
+        return known[1]
 
     def _spliced(
         self,
