@@ -656,3 +656,59 @@ def test_a_child_spells_its_witness_s_suffixes_from_its_parent_s_list(smol_token
                 sliced += 1
             s, witness = child, witness[1:]
     assert sliced >= 30, sliced
+
+
+def test_a_digit_that_stands_for_the_witness_s_sign_is_admitted_under_a_budget(smol_tokenizer):
+    """Where an integer begins, the witness may write ``-0``; every digit then completes
+    within the same room (``4`` standing for ``-``). All of them must be admitted however
+    many other candidates precede them (the bounded searches once took ``0``–``3`` and
+    dropped ``4``–``9`` at every budget)."""
+    schema = {"type": "object", "required": ["id", "name"],
+              "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer)
+    s = g.walk(smol_tokenizer.encode('{"id":'))
+    digits = [smol_tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
+    witness = g.completion(s)
+    for remaining in (len(witness) + 1, len(witness) + 4, 40):
+        admitted = g.admissible(s, remaining)
+        assert all(admitted[d] for d in digits), (remaining, admitted[digits].tolist())
+
+
+def test_every_token_a_splice_completes_in_time_is_admitted(smol_tokenizer):
+    """On development-set schemas (JSONSchemaBench), along random walks under budgets that
+    bind (the shortest member's length and a few tokens more), every token the parser allows
+    for which y then one of the witness's splices (its bytes less their first few,
+    re-spelled in the fewest tokens, fitting the room) parses to acceptance is admitted,
+    wherever the state's candidates fit the splice parses one call may take."""
+    from hf_fvo.grammar.pushdown.grammar import _SPLICE_TRIES
+
+    rng = random.Random(5)
+    checked, spliced, schemas = 0, 0, set()
+    for row in _dev_schemas(37, seed=5):
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        except (GrammarError, EmptyLanguageError):
+            continue
+        done, s = g._completer, g.initial_state
+        start = g.completion(s)
+        if not start:
+            continue
+        budget = len(start) + 1 + rng.randrange(5)
+        for step in range(budget):
+            remaining = budget - step
+            witness, room = g.completion(s), remaining - 2
+            admitted = g.admissible(s, remaining)
+            splices = g._splices(s, room, g._text(witness)) if witness and room > 0 else []
+            candidates = g._bits(s).nonzero()[0].tolist()
+            if splices and len(candidates) * len(splices) <= _SPLICE_TRIES:
+                for y in candidates:
+                    if any(done.accepts(s._matcher, s._utf8, (y, *r)) for r in splices):
+                        assert admitted[y], (row["name"], step, smol_tokenizer.decode([y]))
+                        spliced += 1
+                checked += 1
+                schemas.add(row["name"])
+            token = rng.choice(admitted.nonzero().flatten().tolist())
+            if token in g.eos_token_ids:
+                break
+            s = g.next_state(s, token)
+    assert checked >= 100 and len(schemas) >= 10 and spliced >= 200, (checked, spliced, schemas)

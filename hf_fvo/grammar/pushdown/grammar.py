@@ -51,6 +51,7 @@ _LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
+_SPLICE_TRIES = 1024  # splices parsed per admissible() call at most (beyond: searched or excluded)
 _MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
@@ -411,8 +412,7 @@ class PushdownGrammar(Grammar):
         self, state: PushdownState, y: int, text: bytes, j: int, room: int
     ) -> tuple[int, ...] | None:
         """y then ``text[j:]`` (the witness's bytes from j) in the fewest tokens: that rest, if
-        it fits in ``room`` and the parser accepts y then it (where y spells ``text[:j]``, or
-        stands for it: :meth:`_spliced`)."""
+        it fits in ``room`` and the parser accepts y then it (where y spells ``text[:j]``)."""
         done = self._completer
         rest = self._suffixes(state, text)[j]
         if rest is None or len(rest) > room or not done.accepts(state._matcher, state._utf8,
@@ -440,17 +440,25 @@ class PushdownGrammar(Grammar):
         y: int,
         room: int,
         text: bytes,
+        splices: list[tuple[int, ...]] | None = None,
     ) -> tuple[int, ...] | None:
-        """y then the witness's bytes less its first i (1 ≤ i ≤ ``_SPLICE``), in the fewest
-        tokens, where that fits in ``room`` and the parser accepts it: y often stands for the
-        witness's first bytes (``{`` where it wrote `` {``). A splice can be longer than what
-        a search from y's next state finds, so the child also searches once asked for its
-        completion and keeps the shorter (:class:`~hf_fvo.grammar.pushdown.state.Loose`)."""
-        for i in range(1, min(len(text), _SPLICE) + 1):
-            rest = self._spelled_rest(state, y, text, i, room)
-            if rest is not None:
+        """y then one of :meth:`_splices` (``splices``, if given), the first the parser
+        accepts: y often stands for the witness's first bytes (``{`` where it wrote `` {``,
+        ``4`` where it wrote ``-``). A splice can be longer than what a search from y's next
+        state finds, so the child also searches once asked for its completion and keeps the
+        shorter (:class:`~hf_fvo.grammar.pushdown.state.Loose`)."""
+        done = self._completer
+        for rest in self._splices(state, room, text) if splices is None else splices:
+            if done.accepts(state._matcher, state._utf8, (y, *rest)):
                 return Loose(rest)
         return None
+
+    def _splices(self, state: PushdownState, room: int, text: bytes) -> list[tuple[int, ...]]:
+        """The witness's bytes (``text``) less their first i (1 ≤ i ≤ ``_SPLICE``), in the
+        fewest tokens, where that fits in ``room``; the same for every token."""
+        rests = self._suffixes(state, text) if text else ()
+        return [rest for i in range(1, min(len(text), _SPLICE) + 1)
+                if (rest := rests[i]) is not None and len(rest) <= room]  # fmt: skip
 
     def _searched(self, state: PushdownState, y: int, room: int) -> tuple[int, ...] | None:
         """A completion of y's next state that fits in ``room``, found by a bounded search:
@@ -519,10 +527,12 @@ class PushdownGrammar(Grammar):
         content token's completions are its character's or escape's end, then the string's
         own: a test per number of characters certifies those whose end, then the witness,
         fits, and the other content tokens are excluded without a search (from inside the
-        same string it finds the witness's kind of completion, which does not fit). Other
-        tokens' next states are searched, at most ``searches`` per call (``None``: all); the
-        rest are excluded: the rule may drop a member, never admit one that cannot finish in
-        time."""
+        same string it finds the witness's kind of completion, which does not fit). Every
+        other token is tried with the witness's splices (:meth:`_spliced`: y standing for its
+        first bytes, as a digit stands for a sign), up to ``_SPLICE_TRIES`` parses a call; the
+        rest have their next states searched, at most ``searches`` per call (``None``: all,
+        and every splice); the others are excluded: the rule may drop a member, never admit
+        one that cannot finish in time."""
         done = self._completer
         keep = np.zeros(self._n, dtype=np.uint8)
         entry = self._room(state, room)
@@ -600,10 +610,21 @@ class PushdownGrammar(Grammar):
         # they rarely shorten a completion), and the searches are few
         uncertified = uncertified[np.argsort(self._tokenizer.spaces_only[uncertified],
                                              kind="stable")]  # fmt: skip
+        splices = self._splices(state, room, text)
+        if splices and len(uncertified):  # a parse per splice, up to _SPLICE_TRIES a call
+            tries = _SPLICE_TRIES if searches is not None else None
+            for y in uncertified.tolist():
+                found = self._spliced(state, y, room, text, splices)
+                if found is not None:
+                    keep[y] = 1
+                    heirs.setdefault(y, found)
+                if tries is not None:
+                    tries -= len(splices)
+                    if tries <= 0:
+                        break
+            uncertified = uncertified[keep[uncertified] == 0]
         for y in (uncertified if searches is None else uncertified[:searches]).tolist():
-            found = self._spliced(state, y, room, text)
-            if found is None:
-                found = self._searched(state, y, room)
+            found = self._searched(state, y, room)
             if found is not None:
                 keep[y] = 1
                 heirs.setdefault(y, found)
