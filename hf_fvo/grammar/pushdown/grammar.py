@@ -612,16 +612,16 @@ class PushdownGrammar(Grammar):
                                              kind="stable")]  # fmt: skip
         splices = self._splices(state, room, text)
         if splices and len(uncertified):  # a parse per splice, up to _SPLICE_TRIES a call
-            tries = _SPLICE_TRIES if searches is not None else None
-            for y in uncertified.tolist():
+            tried = (
+                uncertified
+                if searches is None
+                else uncertified[: -(-_SPLICE_TRIES // len(splices))]
+            )
+            for y in tried.tolist():
                 found = self._spliced(state, y, room, text, splices)
                 if found is not None:
                     keep[y] = 1
                     heirs.setdefault(y, found)
-                if tries is not None:
-                    tries -= len(splices)
-                    if tries <= 0:
-                        break
             uncertified = uncertified[keep[uncertified] == 0]
         for y in (uncertified if searches is None else uncertified[:searches]).tolist():
             found = self._searched(state, y, room)
