@@ -14,16 +14,26 @@ percentile for ``n`` draws.
 
 ``rowcost``: milliseconds per call of one request's processor by budget slack (no vLLM).
 
+``replay``: the grammar step's CPU per round without vLLM, from the outputs a ``throughput
+--record FILE`` run recorded: each round's requests get their processors as the server builds
+them, and each engine step's batch (the requests still running, their tokens so far) is one
+batched grammar step, as :meth:`FVOProcessor.apply <hf_fvo.vllm.FVOProcessor.apply>` computes
+it; it prints CPU seconds a round and a hash of every set (the same sets, bit for bit, across
+code changes that should not change them).
+
 Usage (from the repository root, in the vLLM environment):
     python benchmarks/vllm_serving.py throughput --schemas 16 --requests 32 --rounds 4 --write
     python benchmarks/vllm_serving.py throughput --requests 64 --serial --write
     python benchmarks/vllm_serving.py law --n 400 --write
     python benchmarks/vllm_serving.py rowcost --schemas 8 --write
+    python benchmarks/vllm_serving.py throughput --requests 32 --rounds 4 --record out.jsonl
+    python benchmarks/vllm_serving.py replay out.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import socket
@@ -152,10 +162,14 @@ def _throughput(args, candidates, clients, validate, cpu) -> list[str]:
         budget = need + (0, 4, 16, 40)[i % 4] if args.max_tokens is None else args.max_tokens
         requests.append((row, spec, budget, prompt, i))
 
-    def one(mode: str, request: tuple) -> tuple[str, int, bool]:
-        row, spec, budget, prompt, _ = request
+    recorded: list[dict] = []
+
+    def one(mode: str, request: tuple, k: int = -1) -> tuple[str, int, bool]:
+        row, spec, budget, prompt, i = request
         extra = ({"structured_outputs": {"json": row["schema"]}} if mode == "vllm"
                  else {"vllm_xargs": {"hf_fvo": json.dumps(spec)}})  # fmt: skip
+        if args.record is not None and mode == "hf_fvo":
+            extra["return_token_ids"] = True
         # no per-request seed: vLLM 0.32's CPU runner crashes the engine when a seeded
         # request's chunked prefill is discarded ("CPU Generator does not use offset")
         out = clients.get(mode, client).completions.create(
@@ -167,6 +181,9 @@ def _throughput(args, candidates, clients, validate, cpu) -> list[str]:
             valid = choice.finish_reason == "stop"
         except Exception:
             valid = False
+        if args.record is not None and mode == "hf_fvo" and k >= 0:
+            recorded.append({"round": k, "request": i, "spec": spec, "budget": budget,
+                             "token_ids": list(choice.token_ids)})  # fmt: skip
         return choice.finish_reason, out.usage.completion_tokens, valid
 
     modes = ["hf_fvo", "vllm", *clients.keys() - {"hf_fvo"}]
@@ -178,7 +195,7 @@ def _throughput(args, candidates, clients, validate, cpu) -> list[str]:
         for k in range(args.rounds):
             for mode in modes if k % 2 == 0 else modes[::-1]:
                 t0, c0 = time.perf_counter(), _grammar_cpu(cpu[mode])
-                results = list(pool.map(lambda r, m=mode: one(m, r), requests))
+                results = list(pool.map(lambda r, m=mode, k=k: one(m, r, k), requests))
                 total = totals[mode]
                 total["seconds"] += time.perf_counter() - t0
                 total["cpu"] += _grammar_cpu(cpu[mode]) - c0
@@ -186,6 +203,10 @@ def _throughput(args, candidates, clients, validate, cpu) -> list[str]:
                 total["tokens"] += sum(t for _, t, _ in results)
                 total["complete"] += sum(f == "stop" for f, _, _ in results)
                 total["valid"] += sum(v for _, _, v in results)
+    if args.record is not None:
+        with open(args.record, "w") as f:
+            for record in sorted(recorded, key=lambda r: (r["round"], r["request"])):
+                f.write(json.dumps(record) + "\n")
     rate = {
         m: (t["requests"] / t["seconds"], t["tokens"] / t["seconds"]) for m, t in totals.items()
     }
@@ -329,6 +350,63 @@ def rowcost(args: argparse.Namespace) -> list[str]:
     return lines
 
 
+def replay(args: argparse.Namespace) -> list[str]:
+    """The server's grammar step, replayed from recorded outputs (see the module's docstring)."""
+    from hf_fvo.generation.processors import batch_words
+    from hf_fvo.grammar import GrammarCompiler
+    from hf_fvo.models import load_default_tokenizer
+    from hf_fvo.vllm import KEY, RequestProcessor, RequestSpec
+
+    tok = load_default_tokenizer()
+    compiler = GrammarCompiler.shared(tok, len(tok), eos_token_id=EOS)
+    width = (len(tok) + 31) // 32
+    rounds: dict[int, list[dict]] = {}
+    for line in Path(args.recorded).read_text().splitlines():
+        record = json.loads(line)
+        rounds.setdefault(record["round"], []).append(record)
+    grammars, estimators = {}, {}  # the server's: compiled once, kept across rounds
+    digest = hashlib.sha256()
+    for records in rounds.values():  # (compiled before the timed rounds, as in the warm-up)
+        for record in records:
+            spec = RequestSpec.from_args({KEY: record["spec"]})
+            if spec.to_json() not in grammars:
+                grammars[spec.to_json()] = spec.compile(compiler)
+    lines = ["| round | requests | engine steps | rows | sampled tokens outside the set "
+             "| grammar step CPU s |", "|---|---|---|---|---|---|"]  # fmt: skip
+    total = 0.0
+    for k in sorted(rounds):
+        start = time.thread_time()
+        live = {}
+        requests = []
+        for record in rounds[k]:
+            spec = RequestSpec.from_args({KEY: record["spec"]})
+            key = (spec.to_json(), record["budget"])
+            g = grammars[spec.to_json()]
+            if key not in estimators:
+                estimators[key] = spec.estimator(g, record["budget"])
+            shared = live.get(key)
+            request = RequestProcessor(g, estimators[key], record["budget"], shared)
+            live[key] = request.processor
+            requests.append((request, record["token_ids"]))
+        steps = max(len(ids) for _, ids in requests)
+        rows = outside = 0
+        for t in range(steps):
+            batch = [(r, r.row(ids[:t], i)) for i, (r, ids) in enumerate(requests) if t < len(ids)]
+            words = batch_words([(r.processor.grammar, row.state, row.remaining)
+                                 for r, row in batch], width)  # fmt: skip
+            digest.update(words.tobytes())
+            rows += len(batch)
+            for (_, row), w in zip(batch, words.view("uint32"), strict=True):
+                y = requests[row.index][1][t]  # what the server sampled from this row's set
+                outside += not (int(w[y >> 5]) >> (y & 31)) & 1
+        seconds = time.thread_time() - start
+        total += seconds
+        lines.append(f"| {k} | {len(requests)} | {steps} | {rows} | {outside} | {seconds:.3f} |")
+    lines += ["", f"Mean grammar step CPU a round: {total / len(rounds):.3f} s; sets' hash "
+              f"{digest.hexdigest()[:16]}."]  # fmt: skip
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -347,6 +425,9 @@ def main() -> None:
         "--serial", action="store_true", help="a third row: HF_FVO_VLLM_OVERLAP=0 (2nd server)"
     )
     t.add_argument("--write", action="store_true")
+    t.add_argument("--record", default=None, help="write hf_fvo's outputs (for `replay`) here")
+    rp = sub.add_parser("replay")
+    rp.add_argument("recorded", help="a file `throughput --record` wrote")
     rc = sub.add_parser("rowcost")
     rc.add_argument("--schemas", type=int, default=8)
     rc.add_argument("--write", action="store_true")
@@ -355,8 +436,8 @@ def main() -> None:
     lw.add_argument("--write", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    run = {"throughput": throughput, "law": law, "rowcost": rowcost}[args.what]
-    publish(run(args), args.write)
+    run = {"throughput": throughput, "law": law, "rowcost": rowcost, "replay": replay}[args.what]
+    publish(run(args), getattr(args, "write", False))
 
 
 if __name__ == "__main__":
