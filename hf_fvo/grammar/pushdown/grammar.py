@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError, check_int
-from hf_fvo.grammar.bitmask import bias_table
+from hf_fvo.grammar.bitmask import bias_table, pack
 from hf_fvo.grammar.interface import Grammar, LazyAdmissible, _same_rows, bias_bits
 from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
 from hf_fvo.grammar.pushdown.engine import (
@@ -348,7 +348,9 @@ class PushdownGrammar(Grammar):
         room = remaining - 2
         if self._closing is not None and room >= self._closing:
             return None  # admissible() is the parser's mask: nothing to save
-        witness = self.completion(state)
+        witness = state._witness
+        if not (isinstance(witness, Loose) and len(witness) + _LAZY_SLACK <= room):
+            witness = self.completion(state)  # (a loose witness leaving slack serves: _within)
         if witness is None or room < len(witness) + _LAZY_ROOM:
             return None
         if state._lazy is None or state._lazy[0] != room:
@@ -358,7 +360,7 @@ class PushdownGrammar(Grammar):
         def admits(token: int) -> bool:
             token = int(token)
             if token not in verdicts:
-                verdicts[token] = self._admits(state, room, token, tails, text)
+                verdicts[token] = self._admits(state, room, token, witness, tails, text)
             return verdicts[token]
 
         def resolve() -> torch.Tensor:
@@ -377,17 +379,19 @@ class PushdownGrammar(Grammar):
         state: PushdownState,
         room: int,
         y: int,
+        witness: tuple[int, ...],
         tails: dict[int, tuple[int, ...]],
         text: bytes,
     ) -> bool:
         """Whether y's next state has a verified completion within ``room`` (EOS: whether
-        ``state`` accepts), by the tests :meth:`_within` applies, in its order (``tails`` and
-        ``text``: :meth:`_tails` and :meth:`_text` of the state's witness)."""
+        ``state`` accepts), by the tests :meth:`_within` applies, in its order (``witness``:
+        the one :meth:`_within` uses; ``tails`` and ``text``: its :meth:`_tails` and
+        :meth:`_text`)."""
         if y in self._eos:
             return self.is_accepting(state)
         if not 0 <= y < self._n or not self._bits(state)[y]:
             return False
-        witness, heirs = self.completion(state), self._room(state, room)[1]
+        heirs = self._room(state, room)[1]
         if witness and y == witness[0] and len(witness) - 1 <= room:
             heirs.setdefault(y, witness[1:])
             return True
@@ -784,14 +788,26 @@ class PushdownGrammar(Grammar):
             (plain if self._parser_only(state, left) else other).append(i)
         self._fill_words([states[i] for i in plain])
         for i in plain:  # the parser's mask, EOS where the state accepts: allowed(), packed
-            state = states[i]
-            out[i, : self._nwords] = state._words.view(np.int32)
-            if self.is_accepting(state):
+            out[i, : self._nwords] = states[i]._words.view(np.int32)
+        rest: list[int] = []
+        found: dict[tuple[int, int | None], np.ndarray] = {}
+        for i in other:  # the budget check's set, packed straight from it (no tensor)
+            key = (id(states[i]), remaining[i])
+            if key not in found:
+                keep = self._kept(states[i], remaining[i])
+                if keep is None:
+                    rest.append(i)
+                    continue
+                found[key] = pack(keep)
+            out[i, : len(found[key])] = found[key]
+        skipped = set(rest)
+        for i in (*plain, *(i for i in other if i not in skipped)):
+            if self.is_accepting(states[i]):
                 for e in self._eos:
                     out.view(np.uint32)[i, e >> 5] |= np.uint32(1 << (e & 31))
-        if other:
-            out[other] = super().admissible_words([states[i] for i in other],
-                                                  [remaining[i] for i in other])  # fmt: skip
+        if rest:  # (EOS only, or nothing: admissible() says which)
+            out[rest] = super().admissible_words([states[i] for i in rest],
+                                                 [remaining[i] for i in rest])  # fmt: skip
         return out
 
     def _parser_only(self, state: PushdownState, remaining: int | None) -> bool:
