@@ -712,3 +712,30 @@ def test_every_token_a_splice_completes_in_time_is_admitted(smol_tokenizer):
                 break
             s = g.next_state(s, token)
     assert checked >= 100 and len(schemas) >= 10 and spliced >= 200, (checked, spliced, schemas)
+
+
+def test_a_depth_first_witness_keeps_no_sign_or_optional_member_it_can_do_without(
+    smol_tokenizer, monkeypatch
+):
+    """Inside a free string the breadth-first pass runs out of states and the depth-first one
+    writes, in byte order, an optional key before the required one and ``-0`` for ``0``
+    (``","image":"","order":-0}``, seen on a development schema's served rows); the witness
+    drops both, each removal verified by the parser, so a budget that fits the short one
+    admits the string's content. With the removals off, the long witness comes back."""
+    import pickle
+
+    from hf_fvo.grammar.pushdown import completion
+
+    schema = {"type": "object", "required": ["title", "order"],
+              "properties": {"title": {"type": "string"}, "image": {"type": "string"},
+                             "order": {"type": "integer"}}}  # fmt: skip
+    for cuts, want in ((0, '","image":"","order":-0}'), (completion._CUT_TRIES, '","order":0}')):
+        monkeypatch.setattr(completion, "_CUT_TRIES", cuts)
+        g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", strict=False)
+        g = pickle.loads(pickle.dumps(g))  # a fresh copy: no witness found yet
+        state = g.walk(smol_tokenizer.encode('{"title":"b'))
+        witness = g.completion(state)
+        assert smol_tokenizer.decode(witness) == want
+    short = len(witness)
+    letters = smol_tokenizer.encode("c")[0]
+    assert bool(g.admissible(state, short + 3)[letters])  # one more letter, then the witness

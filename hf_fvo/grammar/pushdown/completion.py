@@ -41,6 +41,9 @@ BYTE_EOS = 256  # EOS in the byte vocabulary the searches parse over (ids 0–25
 _FEW = 6  # allowed bytes up to which a search walks them rather than its classes
 _PICKED = 4096  # sets of allowed bytes whose search order a completer keeps
 _BYTES = [bytes([b]) for b in range(256)]
+_SIGNS = b"-+ \t\n\r"  # bytes a depth-first completion may write where none is needed
+_CUT_BYTES = 8192  # longest depth-first completion shortened
+_CUT_TRIES = 512  # parses one shortening may spend
 
 
 def _byte_class(b: int) -> str:
@@ -375,7 +378,7 @@ class Completer:
         for limit in (MAX_DEPTH, 256):
             found = self._dfs(searcher, utf8, limit, [nodes], every)
             if found is not None:
-                return found
+                return _shortened(searcher, found)
         return None
 
     def _dfs(
@@ -403,6 +406,73 @@ class Completer:
 
     def _utf8_ok(self, utf8: int, t: int) -> bool:
         return bool((int(self._ok_words[utf8, t >> 5]) >> (t & 31)) & 1)
+
+
+def _cuts(text: bytes) -> list[tuple[int, int]]:
+    """Spans of ``text`` whose removal may leave a shorter completion: a sign or a space
+    (``-0`` where ``0`` does), and a member of a list or object with its comma — from a comma
+    to the next comma or closing bracket at its depth, or from an opening bracket through
+    the next comma (an optional key the descent wrote first). By start, then longest first.
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown.completion import _cuts
+        >>> text = b'"a":-0,"b":[1,2]}'
+        >>> [text[i:j] for i, j in _cuts(text)]
+        [b'-', b',"b":[1,2]', b'1,', b',2']
+    """
+    cuts = [(i, i + 1) for i, b in enumerate(text) if b in _SIGNS]
+    for i, b in enumerate(text):
+        if b != 44 and b not in b"[{":  # 44: a comma
+            continue
+        depth, quoted, k = 0, False, i + 1
+        while k < len(text):  # the next delimiter at this depth (strings skipped)
+            c = text[k]
+            if quoted:
+                if c == 92:  # a backslash: skip the escaped byte
+                    k += 1
+                elif c == 34:
+                    quoted = False
+            elif c == 34:
+                quoted = True
+            elif c in b"[{":
+                depth += 1
+            elif c in b"]}" and depth:
+                depth -= 1
+            elif depth == 0 and (c == 44 or c in b"]}"):
+                break
+            k += 1
+        if b == 44:
+            cuts.append((i, k))
+        elif k < len(text) and text[k] == 44:
+            cuts.append((i + 1, k + 1))
+    return sorted(cuts, key=lambda cut: (cut[0], cut[0] - cut[1]))
+
+
+def _shortened(searcher: Any, text: bytes) -> bytes:
+    """A depth-first completion made shorter where removing a span (:func:`_cuts`) still
+    completes from the byte parser ``searcher`` (unchanged), left to right, until a sweep
+    removes none: the descent writes ``-0`` for ``0`` and optional members before required
+    ones. At most ``_CUT_TRIES`` parses; texts over ``_CUT_BYTES`` are left as they are."""
+    if len(text) > _CUT_BYTES:
+        return text
+    tries, start, removed = 0, 0, False
+    while tries < _CUT_TRIES:
+        for i, j in _cuts(text):
+            if i < start:
+                continue
+            tries += 1
+            cut = text[:i] + text[j:]
+            seq = [*cut, BYTE_EOS]
+            if searcher.validate_tokens(seq) == len(seq):
+                text, start, removed = cut, i, True
+                break  # (the spans after it, anew)
+            if tries >= _CUT_TRIES:
+                return text
+        else:  # a sweep from ``start`` removed nothing: once more from the start, if any did
+            if not removed:
+                return text
+            start, removed = 0, False
+    return text
 
 
 def advanced(matcher: Any, token: int) -> Any:
