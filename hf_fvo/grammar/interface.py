@@ -683,9 +683,14 @@ class Grammar(ABC):
         for i, (state, left) in enumerate(zip(states, remaining, strict=True)):
             key = (state if isinstance(state, Hashable) else id(state), left)
             if key not in found:
-                found[key] = pack(self.admissible(state, left).numpy())
+                found[key] = self._packed(state, left)
             out[i] = found[key]
         return out
+
+    def _packed(self, state: State, remaining: int | None) -> np.ndarray:
+        """One row of :meth:`admissible_words`: :meth:`admissible`, packed (a backend may pack
+        its set without building the mask)."""
+        return pack(self.admissible(state, remaining).numpy())
 
     @property
     def eos_token_id(self) -> int:

@@ -41,7 +41,8 @@ BYTE_EOS = 256  # EOS in the byte vocabulary the searches parse over (ids 0–25
 _FEW = 6  # allowed bytes up to which a search walks them rather than its classes
 _PICKED = 4096  # sets of allowed bytes whose search order a completer keeps
 _BYTES = [bytes([b]) for b in range(256)]
-_SIGNS = b"-+ \t\n\r"  # bytes a depth-first completion may write where none is needed
+_LONE_CUTS = b"-+ \t\n\r"  # bytes a depth-first completion may write where none is needed
+_COMMA, _QUOTE, _BACKSLASH = b',"\\'  # (as ints)
 _CUT_BYTES = 8192  # longest depth-first completion shortened
 _CUT_TRIES = 512  # parses one shortening may spend
 
@@ -420,30 +421,30 @@ def _cuts(text: bytes) -> list[tuple[int, int]]:
         >>> [text[i:j] for i, j in _cuts(text)]
         [b'-', b',"b":[1,2]', b'1,', b',2']
     """
-    cuts = [(i, i + 1) for i, b in enumerate(text) if b in _SIGNS]
+    cuts = [(i, i + 1) for i, b in enumerate(text) if b in _LONE_CUTS]
     for i, b in enumerate(text):
-        if b != 44 and b not in b"[{":  # 44: a comma
+        if b != _COMMA and b not in b"[{":
             continue
         depth, quoted, k = 0, False, i + 1
         while k < len(text):  # the next delimiter at this depth (strings skipped)
             c = text[k]
             if quoted:
-                if c == 92:  # a backslash: skip the escaped byte
+                if c == _BACKSLASH:  # (skip the escaped byte)
                     k += 1
-                elif c == 34:
+                elif c == _QUOTE:
                     quoted = False
-            elif c == 34:
+            elif c == _QUOTE:
                 quoted = True
             elif c in b"[{":
                 depth += 1
             elif c in b"]}" and depth:
                 depth -= 1
-            elif depth == 0 and (c == 44 or c in b"]}"):
+            elif depth == 0 and (c == _COMMA or c in b"]}"):
                 break
             k += 1
-        if b == 44:
+        if b == _COMMA:
             cuts.append((i, k))
-        elif k < len(text) and text[k] == 44:
+        elif k < len(text) and text[k] == _COMMA:
             cuts.append((i + 1, k + 1))
     return sorted(cuts, key=lambda cut: (cut[0], cut[0] - cut[1]))
 

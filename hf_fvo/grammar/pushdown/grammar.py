@@ -788,27 +788,32 @@ class PushdownGrammar(Grammar):
             (plain if self._parser_only(state, left) else other).append(i)
         self._fill_words([states[i] for i in plain])
         for i in plain:  # the parser's mask, EOS where the state accepts: allowed(), packed
-            out[i, : self._nwords] = states[i]._words.view(np.int32)
-        rest: list[int] = []
-        found: dict[tuple[int, int | None], np.ndarray] = {}
-        for i in other:  # the budget check's set, packed straight from it (no tensor)
-            key = (id(states[i]), remaining[i])
-            if key not in found:
-                keep = self._kept(states[i], remaining[i])
-                if keep is None:
-                    rest.append(i)
-                    continue
-                found[key] = pack(keep)
-            out[i, : len(found[key])] = found[key]
-        skipped = set(rest)
-        for i in (*plain, *(i for i in other if i not in skipped)):
-            if self.is_accepting(states[i]):
-                for e in self._eos:
-                    out.view(np.uint32)[i, e >> 5] |= np.uint32(1 << (e & 31))
-        if rest:  # (EOS only, or nothing: admissible() says which)
-            out[rest] = super().admissible_words([states[i] for i in rest],
-                                                 [remaining[i] for i in rest])  # fmt: skip
+            state = states[i]
+            out[i, : self._nwords] = state._words.view(np.int32)
+            if self.is_accepting(state):
+                self._set_eos(out[i])
+        if other:
+            out[other] = super().admissible_words([states[i] for i in other],
+                                                  [remaining[i] for i in other])  # fmt: skip
         return out
+
+    def _packed(self, state: PushdownState, remaining: int | None) -> np.ndarray:
+        """The budget check's set packed straight from its 0/1 array (no mask tensor); the
+        other rows (EOS only, or nothing) as :meth:`admissible` says."""
+        keep = self._kept(state, remaining)
+        if keep is None:
+            return super()._packed(state, remaining)
+        row = np.zeros((self._vocab_size + 31) // 32, dtype=np.int32)
+        words = pack(keep)
+        row[: len(words)] = words
+        if self.is_accepting(state):
+            self._set_eos(row)
+        return row
+
+    def _set_eos(self, row: np.ndarray) -> None:
+        """Set the EOS ids' bits in one packed row."""
+        for e in self._eos:
+            row.view(np.uint32)[e >> 5] |= np.uint32(1 << (e & 31))
 
     def _parser_only(self, state: PushdownState, remaining: int | None) -> bool:
         """Whether :meth:`admissible` is the parser's mask, unchanged, at ``state``."""
