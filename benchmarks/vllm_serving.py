@@ -361,9 +361,23 @@ def replay(args: argparse.Namespace) -> list[str]:
     compiler = GrammarCompiler.shared(tok, len(tok), eos_token_id=EOS)
     width = (len(tok) + 31) // 32
     rounds: dict[int, list[dict]] = {}
-    for line in Path(args.recorded).read_text().splitlines():
-        record = json.loads(line)
-        rounds.setdefault(record["round"], []).append(record)
+    try:
+        lines = Path(args.recorded).read_text().splitlines()
+    except OSError as e:
+        raise SystemExit(f"replay: cannot read {args.recorded!r} ({e})") from None
+    for n, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+            if not isinstance(record.get("token_ids"), list) or not record["token_ids"]:
+                raise ValueError("no token_ids")
+            int(record["budget"])
+            RequestSpec.from_args({KEY: record["spec"]})  # (its own typed error, if malformed)
+            rounds.setdefault(int(record["round"]), []).append(record)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise SystemExit(f"replay: line {n} of {args.recorded!r} is not a recorded output "
+                             f"(`throughput --record` writes them): {e}") from None  # fmt: skip
+    if not rounds:
+        raise SystemExit(f"replay: {args.recorded!r} holds no recorded outputs")
     grammars, estimators = {}, {}  # the server's: compiled once, kept across rounds
     digest = hashlib.sha256()
     for records in rounds.values():  # (compiled before the timed rounds, as in the warm-up)
