@@ -78,6 +78,33 @@ def _front_end_model() -> ModelInfo:
     )
 
 
+def _beside_the_forward() -> None:
+    """Run the calling thread (the grammar step's) on the cores the forward does not use.
+
+    vLLM's CPU worker pins each OpenMP thread of the forward to one core, the thread that
+    starts the grammar thread among them, and a new thread inherits its creator's mask: the
+    grammar step would then take turns with the forward on its core while vLLM's reserved core
+    has time to spare. Where no thread of the process is pinned (vLLM's GPU workers) or no
+    other core is left, the mask stays as it is (Linux: a thread's own mask)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return
+    forward = set(os.sched_getaffinity(0))
+    try:
+        for task in os.listdir("/proc/self/task"):
+            mask = os.sched_getaffinity(int(task))
+            if len(mask) == 1:  # (a pinned thread: one of the forward's)
+                forward |= mask
+    except OSError:  # (no /proc, or a thread that ended meanwhile: what was read serves)
+        pass
+    others = set(range(os.cpu_count() or 1)) - forward
+    if not others:
+        return
+    try:
+        os.sched_setaffinity(0, others)
+    except (OSError, ValueError):  # none of them is this process's to use (a cpuset): stay
+        _log.debug("hf_fvo: the grammar thread stays on the forward's cores", exc_info=True)
+
+
 # a row's step from the worker thread: (its request, the tokens it was read from, packed set)
 _Prepared = tuple[RequestProcessor, tuple[int, ...], np.ndarray]
 
@@ -141,7 +168,11 @@ class FVOProcessor(AdapterLogitsProcessor):
             tuple[str, int | None, tuple[int, ...]], FVOLogitsProcessor
         ] = weakref.WeakValueDictionary()
         overlap = os.environ.get("HF_FVO_VLLM_OVERLAP", "1") != "0"
-        self._worker = ThreadPoolExecutor(1, "hf_fvo-grammar") if overlap else None
+        self._worker = (
+            ThreadPoolExecutor(1, "hf_fvo-grammar", initializer=_beside_the_forward)
+            if overlap
+            else None
+        )
         self._next: Future[dict[int, _Prepared]] | None = None
         where = os.environ.get("HF_FVO_VLLM_CPU_FILE")
         self._cpu_file = None if not where else f"{where}.{os.getpid()}"

@@ -5,6 +5,7 @@ preempt, resume, move or recompute a request), every draw a complete member with
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -136,6 +137,33 @@ def test_an_unwritable_cpu_file_is_refused_at_start_naming_the_variable(monkeypa
     )
     with pytest.raises(InvalidArgumentError, match="HF_FVO_VLLM_CPU_FILE"):
         FVOProcessor(SimpleNamespace(model_config=model_config), torch.device("cpu"), False)
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two cores this process may use",
+)
+def test_the_grammar_thread_leaves_the_core_its_pinned_creator_runs_the_forward_on():
+    """vLLM's CPU worker pins the forward's thread to one core and a new thread inherits that
+    mask: the grammar thread moves to the process's other cores (measured in vLLM: otherwise
+    it ran on the forward's core); an unpinned thread (vLLM's GPU workers) keeps its mask."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hf_fvo.vllm.processor import _beside_the_forward
+
+    cores = sorted(os.sched_getaffinity(0))
+
+    def pinned_then_moved() -> tuple[set[int], set[int]]:
+        os.sched_setaffinity(0, {cores[0]})  # (this thread only: it stands for the forward's)
+        with ThreadPoolExecutor(1, initializer=_beside_the_forward) as pool:
+            return pool.submit(os.sched_getaffinity, 0).result(), os.sched_getaffinity(0)
+
+    with ThreadPoolExecutor(1) as creator:
+        grammar, forward = creator.submit(pinned_then_moved).result()
+    assert forward == {cores[0]}
+    assert grammar and cores[0] not in grammar and grammar <= set(cores)
+    with ThreadPoolExecutor(1, initializer=_beside_the_forward) as pool:
+        assert pool.submit(os.sched_getaffinity, 0).result() == set(cores)
 
 
 @pytest.mark.parametrize("overlap", ["1", "0"])
