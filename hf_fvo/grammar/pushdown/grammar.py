@@ -348,9 +348,7 @@ class PushdownGrammar(Grammar):
         room = remaining - 2
         if self._closing is not None and room >= self._closing:
             return None  # admissible() is the parser's mask: nothing to save
-        witness = state._witness
-        if not (isinstance(witness, Loose) and len(witness) + _LAZY_SLACK <= room):
-            witness = self.completion(state)  # (a loose witness leaving slack serves: _within)
+        witness = self._witness_at(state, room)  # (the one _within uses)
         if witness is None or room < len(witness) + _LAZY_ROOM:
             return None
         if state._lazy is None or state._lazy[0] != room:
@@ -373,6 +371,15 @@ class PushdownGrammar(Grammar):
             return resolved[0].clone()
 
         return LazyAdmissible(self.allowed(state), admits, resolve)
+
+    def _witness_at(self, state: PushdownState, room: int) -> tuple[int, ...] | None:
+        """The state's witness for a budget check with ``room``: a loose one that leaves
+        ``_LAZY_SLACK`` tokens of room serves as it is (no search for a shorter one), else
+        :meth:`completion`'s."""
+        witness = state._witness
+        if isinstance(witness, Loose) and len(witness) + _LAZY_SLACK <= room:
+            return witness
+        return self.completion(state)
 
     def _admits(
         self,
@@ -541,11 +548,8 @@ class PushdownGrammar(Grammar):
         keep = np.zeros(self._n, dtype=np.uint8)
         entry = self._room(state, room)
         heirs = entry[1]
-        witness = state._witness
-        if witness is UNKNOWN or (isinstance(witness, Loose) and len(witness) + _LAZY_SLACK > room):
-            # (a loose witness that leaves slack serves: no search for a shorter one)
-            witness = self.completion(state)
-        elif witness is not None and len(witness) > room + 1 and not isinstance(witness, Found):
+        witness = self._witness_at(state, room)
+        if witness is not None and len(witness) > room + 1 and not isinstance(witness, Found):
             # inherited from a check for a larger room (evicted from the shared initial
             # state's): search once for a shorter one
             state._witness = Loose(witness)
