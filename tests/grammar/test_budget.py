@@ -702,7 +702,7 @@ def test_every_token_a_splice_completes_in_time_is_admitted(smol_tokenizer):
             candidates = g._bits(s).nonzero()[0].tolist()
             if splices and len(candidates) * len(splices) <= _SPLICE_TRIES:
                 for y in candidates:
-                    if any(done.accepts(s._matcher, s._utf8, (y, *r)) for r in splices):
+                    if any(done.accepts(s._matcher, s._utf8, (y, *r)) for r in splices.values()):
                         assert admitted[y], (row["name"], step, smol_tokenizer.decode([y]))
                         spliced += 1
                 checked += 1
@@ -739,3 +739,115 @@ def test_a_depth_first_witness_keeps_no_sign_or_optional_member_it_can_do_withou
     short = len(witness)
     letters = smol_tokenizer.encode("c")[0]
     assert bool(g.admissible(state, short + 3)[letters])  # one more letter, then the witness
+
+
+TASKS = Path(hf_fvo.__file__).resolve().parent / "eval" / "suites" / "tasks" / "transcribe.jsonl"
+
+
+def _task(name: str) -> dict:
+    for line in TASKS.open():
+        task = json.loads(line)
+        if task["name"].split("#")[0] == name:
+            return task
+    raise LookupError(name)
+
+
+@pytest.mark.parametrize("name", [
+    "BFCL_java_37.json",  # a value that may be anything: `` "`` dropped where searches ran out
+    "Glaiveai2K---calculate_area_544de1a7.json",  # the key `dimensions` dropped at `{\n    "`
+    "Github_easy---o25169.json",  # `{` refused at the first step
+    "Snowplow---sp_32_Normalized.json",  # `USD` in a string of exactly three characters
+    "Github_medium---o27840.json",  # `` true`` after a key: four searches of 670 operations
+    "Github_trivial---o76654.json",  # `-` in a key under a language-tag pattern
+])  # fmt: skip
+def test_a_task_s_own_answer_is_admitted_whole_at_the_task_s_budget(smol_tokenizer, name):
+    """The task suite's answers (real JSONSchemaBench schemas), written as the task grammar
+    accepts them (pretty JSON, the schema's key order) and walked token by token through the
+    budgeted sets at the task's own budget (about twice the answer's tokens): every token
+    and the final EOS admitted. The first four were refused part-way by the rule's old cap of
+    four searches a call; the last two are where a rule bounded by its work must spend it
+    well (searches that continue what an earlier one found; splices not eating the
+    searches' share)."""
+    from hf_fvo.eval.instances import in_schema_order
+
+    task = _task(name)
+    schema, data = json.loads(task["schema"]), json.loads(task["instance"])
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="pretty")
+    ids = smol_tokenizer.encode(json.dumps(in_schema_order(data, schema), indent=4,
+                                           ensure_ascii=False))  # fmt: skip
+    budget, state = task["max_new_tokens"], g.initial_state
+    assert len(ids) + 1 <= budget
+    for t, y in enumerate([*ids, smol_tokenizer.eos_token_id]):
+        admitted = g.admissible(state, budget - t)
+        assert admitted[y], (t, smol_tokenizer.decode(ids[:t])[-40:], smol_tokenizer.decode([y]))
+        if t < len(ids):
+            state = g.next_state(state, y)
+
+
+def test_a_depth_first_completion_inside_an_unanchored_pattern_is_short(smol_tokenizer):
+    """Inside ``[0-9]+`` (unanchored: any text holding a digit) the closers the descent tries
+    first are content and leave the allowed bytes as they were; after a run of them it tries
+    the other classes (a digit) and drops the run: the completion of ``{"bar":"`` is a few
+    tokens, not the 2,048 of ``]`` it was, so a budget of a few dozen tokens admits the key."""
+    g = Grammar.from_json_schema(
+        {"properties": {"bar": {"type": "string", "pattern": "[0-9]+"}}},
+        smol_tokenizer, whitespace="",
+    )  # fmt: skip
+    state = g.walk(smol_tokenizer.encode('{"bar":"'))
+    witness = g.completion(state)
+    assert witness is not None and len(witness) <= 4, smol_tokenizer.decode(witness or [])
+    key = g.walk(smol_tokenizer.encode('{"'))
+    bar = smol_tokenizer.encode("bar")
+    assert len(bar) == 1 and g.admissible(key, 12)[bar[0]]
+
+
+def test_a_content_token_written_in_place_of_the_witness_s_characters_is_admitted(
+    smol_tokenizer,
+):
+    """In a string of exactly three characters whose witness wrote three, a three-character
+    token leaves no room for the witness's characters: the rule certifies it by the marked
+    grammar with the witness's first three characters dropped (one parse per count), and
+    every token it keeps that way completes with its recorded witness."""
+    schema = {"type": "object", "required": ["c"],
+              "properties": {"c": {"type": "string", "minLength": 3, "maxLength": 3}}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    state = g.walk(smol_tokenizer.encode('{"c":"'))
+    remaining = len(g.completion(state)) + 1  # binding: room for the witness alone
+    admitted = g.admissible(state, remaining)
+    usd = smol_tokenizer.encode("USD")
+    assert len(usd) == 1 and admitted[usd[0]]
+    done, room = g._completer, remaining - 2
+    for y in admitted[: g._n].nonzero().flatten().tolist():
+        rest = g._inherited(state, y)
+        assert isinstance(rest, tuple) and len(rest) <= room, smol_tokenizer.decode([y])
+        assert done.accepts(state._matcher, state._utf8, (y, *rest)), smol_tokenizer.decode([y])
+
+
+def test_the_work_bound_gives_the_same_sound_set_on_every_run(smol_tokenizer, monkeypatch):
+    """At a place where any JSON value may start, 90 candidates need searches. With the work
+    bound cut to 300 parser operations the rule stops part-way: it keeps fewer tokens than the
+    unbounded rule, the same tokens in a second grammar compiled apart (no state shared), and
+    only tokens whose recorded witness completes within the room."""
+    import pickle
+
+    import hf_fvo.grammar.pushdown.grammar as pushdown
+
+    monkeypatch.setattr(pushdown, "_STEP_WORK", 300)
+    task = _task("BFCL_java_37.json")
+    prefix = smol_tokenizer.encode('{\n    "ConsoleAnnotator.annotate": {\n        "context":')
+    g = Grammar.from_json_schema(json.loads(task["schema"]), smol_tokenizer, whitespace="pretty")
+    sets = []
+    for grammar in (g, pickle.loads(pickle.dumps(g))):  # (a copy compiles its own states)
+        state = grammar.walk(prefix)
+        room = 60
+        kept = grammar._within(state, room, pushdown._STEP_WORK)
+        sets.append(kept.nonzero()[0].tolist())
+        done = grammar._completer
+        for y in sets[-1]:
+            rest = grammar._inherited(state, y)
+            assert isinstance(rest, tuple) and len(rest) <= room
+            assert done.accepts(state._matcher, state._utf8, (y, *rest))
+    assert sets[0] == sets[1]
+    state = g.walk(prefix)
+    whole = g._within(state, 60, None).nonzero()[0].tolist()
+    assert set(sets[0]) < set(whole), (len(sets[0]), len(whole))

@@ -30,7 +30,7 @@ import numpy as np
 
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
-__all__ = ["BYTE_EOS", "MAX_DEPTH", "Completer", "advanced"]
+__all__ = ["BYTE_EOS", "MAX_DEPTH", "Completer", "Work", "advanced"]
 
 _CLOSERS = b"\"]})>'`"
 _STRUCTURAL = set("\"\\{}[]()<>,:;-+.=/ '`")
@@ -45,6 +45,38 @@ _LONE_CUTS = b"-+ \t\n\r"  # bytes a depth-first completion may write where none
 _COMMA, _QUOTE, _BACKSLASH = b',"\\'  # (as ints)
 _CUT_BYTES = 8192  # longest depth-first completion shortened
 _CUT_TRIES = 512  # parses one shortening may spend
+_IDLE = 32  # bytes leaving the allowed bytes unchanged after which a descent tries new classes
+
+
+class Work:
+    """A budget of parser operations (a byte parser's expansion, one parse of a sequence) that
+    searches draw on; once spent, every search that shares it gives up (returns ``None``), so
+    the work behind one admissible set is bounded and the same on every run.
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown.completion import Work
+        >>> work = Work(2)
+        >>> work.spend(), work.spend(), work.spend(), work.left
+        (True, True, False, 0)
+    """
+
+    __slots__ = ("left", "spent")
+
+    def __init__(self, left: int) -> None:
+        self.left, self.spent = int(left), 0
+
+    def spend(self, n: int = 1) -> bool:
+        """Take ``n`` operations; ``False`` (taking none) where fewer than ``n`` are left."""
+        if self.left < n:
+            self.left = 0
+            return False
+        self.left -= n
+        self.spent += n
+        return True
+
+
+def _spend(work: Work | None, n: int = 1) -> bool:
+    return work is None or work.spend(n)
 
 
 def _byte_class(b: int) -> str:
@@ -181,6 +213,7 @@ class Completer:
         nodes: int = _DFS_NODES,
         first: int | None = None,
         passes: str = "both",
+        work: Work | None = None,
     ) -> tuple[int, ...] | None:
         """A verified token sequence (EOS excluded) that takes the parser state to acceptance,
         or ``None`` when the searches' limits (``nodes`` parser states per depth-first pass)
@@ -189,7 +222,8 @@ class Completer:
         that of the state after token ``first`` (the result excludes it). ``passes``:
         ``"both"`` (breadth first, then depth first if that found nothing), ``"breadth"`` or
         ``"depth"`` alone (a completion, not the byte-shortest), or ``"none"``: only the empty
-        completion, where the parser state accepts (no search)."""
+        completion, where the parser state accepts (no search). ``work``: the operations every
+        pass and parse here draws on (``None``: only ``nodes`` bounds them)."""
         head: tuple[int, ...] = ()
         after = utf8
         if first is not None:
@@ -206,22 +240,23 @@ class Completer:
             return () if (advanced(matcher, first) if head else matcher).is_accepting() else None
         if passes == "none":
             return None
-        text = None if passes == "depth" else self._bytes_bfs(searcher, after)
+        text = None if passes == "depth" else self._bytes_bfs(searcher, after, work=work)
         if text is None and passes != "breadth":
-            text = self._bytes_dfs(searcher, after, nodes)
+            text = self._bytes_dfs(searcher, after, nodes, work=work)
         if text is None and passes != "breadth":
             # one byte per class missed it: the grammar tells bytes of a class apart (after
             # "[ab]*" only "c" ends "[ab]*c"); search again writing every allowed byte
-            text = self._bytes_bfs(searcher, after, every=True)
+            text = self._bytes_bfs(searcher, after, every=True, work=work)
             if text is None:
-                text = self._bytes_dfs(searcher, after, nodes, every=True)
+                text = self._bytes_dfs(searcher, after, nodes, every=True, work=work)
         if text is None:
             return None
         tokens = self.fewest_tokens(text)
-        if tokens is not None and self.accepts(matcher, utf8, (*head, *tokens)):
+        if (tokens is not None and _spend(work)
+                and self.accepts(matcher, utf8, (*head, *tokens))):  # fmt: skip
             return tokens
         singles = self.single_bytes(text)
-        if singles is None:
+        if singles is None or not _spend(work):
             return None
         return singles if self.accepts(matcher, utf8, (*head, *singles)) else None
 
@@ -301,11 +336,18 @@ class Completer:
 
     # -- searches over bytes (on the byte-vocabulary parser) ---------------------------------
 
-    def _allowed_bytes(self, searcher: Any, utf8: int, every: bool = False) -> tuple[int, ...]:
+    def _bits(self, searcher: Any, utf8: int) -> int:
+        """The bytes the byte parser (and UTF-8) allow next, as an int (bit b: byte b)."""
+        return int.from_bytes(searcher.compute_bitmask(), "little") & self._byte_ok[utf8]
+
+    def _allowed_bytes(
+        self, searcher: Any, utf8: int, every: bool = False, bits: int | None = None
+    ) -> tuple[int, ...]:
         """One allowed byte per search class (its lowest), in search order (closers first);
         with ``every``, all of them (kept per set of allowed bytes: the searches meet the same
-        few sets again and again)."""
-        bits = int.from_bytes(searcher.compute_bitmask(), "little") & self._byte_ok[utf8]
+        few sets again and again). ``bits``: :meth:`_bits`, where known."""
+        if bits is None:
+            bits = self._bits(searcher, utf8)
         key = bits << 1 | every
         known = self._picked.get(key)
         if known is None:
@@ -336,7 +378,9 @@ class Completer:
         out.sort(key=self._rank.__getitem__)
         return tuple(out)
 
-    def _bytes_bfs(self, searcher: Any, utf8: int, every: bool = False) -> bytes | None:
+    def _bytes_bfs(
+        self, searcher: Any, utf8: int, every: bool = False, work: Work | None = None
+    ) -> bytes | None:
         # a child's parser is copied only when it is expanded (most of the last level never
         # is); whether it accepts is asked of its parent: the byte, then EOS; a child holds
         # its parent's text (most are never expanded)
@@ -355,7 +399,7 @@ class Completer:
                 forced = m.compute_ff_bytes()
                 if len(forced) > 1:
                     walk = forced[:-1]
-                    if len(walk) >= left:
+                    if len(walk) >= left or not _spend(work, len(walk)):
                         return None  # (the expansions would end inside them)
                     for f in walk:
                         if not self._byte_ok[u] >> f & 1:
@@ -366,6 +410,8 @@ class Completer:
                     text += walk
                     left -= len(walk)
             left -= 1
+            if not _spend(work):
+                return None
             for b in self._allowed_bytes(m, u, every):
                 cu = self._byte_next[u][b]
                 if cu == 0 and m.validate_tokens([b, BYTE_EOS]) == 2:
@@ -373,36 +419,65 @@ class Completer:
                 queue.append((m, b, cu, text))
         return None
 
-    def _bytes_dfs(self, searcher: Any, utf8: int, nodes: int, every: bool = False) -> bytes | None:
+    def _bytes_dfs(
+        self, searcher: Any, utf8: int, nodes: int, every: bool = False, work: Work | None = None
+    ) -> bytes | None:
         # first a long descent (closing what is open, writing what is required: linear in the
         # completion's length), then a shallow search with backtracking for the rest
         for limit in (MAX_DEPTH, 256):
-            found = self._dfs(searcher, utf8, limit, [nodes], every)
+            found = self._dfs(searcher, utf8, limit, [nodes], every, work)
             if found is not None:
-                return _shortened(searcher, found)
+                return _shortened(searcher, *found, work=work)
         return None
 
     def _dfs(
-        self, searcher: Any, utf8: int, limit: int, budget: list[int], every: bool = False
-    ) -> bytes | None:
-        # iterative: (parser, utf8, text, untried bytes)
-        stack = [(searcher, utf8, b"", None)]
+        self,
+        searcher: Any,
+        utf8: int,
+        limit: int,
+        budget: list[int],
+        every: bool = False,
+        work: Work | None = None,
+    ) -> tuple[bytes, tuple[int, ...]] | None:
+        """A completion's bytes, and the places of the last run of bytes that each left the
+        allowed bytes as they were (idle: content of a string or pattern, or brackets).
+
+        Once the allowed bytes have stayed the same for ``_IDLE`` bytes, the classes written
+        in that run are tried last: inside an unanchored pattern such as ``[0-9]+`` the
+        closers (tried first elsewhere) are content, and writing them again never leads
+        anywhere; the next class that changes what is allowed (a digit) is found in a few
+        bytes, and :func:`_shortened` then drops the run."""
+        # iterative: (parser, utf8, text, untried bytes, allowed bits, the run's classes,
+        # the run's places, the places of earlier long runs)
+        stack: list[Any] = [(searcher, utf8, b"", None, -1, (), (), ())]
         while stack:
-            m, u, text, todo = stack.pop()
+            m, u, text, todo, parent_bits, run, places, idle = stack.pop()
             if todo is None:
                 if u == 0 and m.is_accepting():
-                    return text
+                    return text, idle + places if len(places) >= _IDLE else idle
                 if len(text) >= limit:
                     continue
                 budget[0] -= 1
-                if budget[0] <= 0:
+                if budget[0] <= 0 or not _spend(work):
                     return None
-                todo = self._allowed_bytes(m, u, every)
+                bits = self._bits(m, u)
+                todo = self._allowed_bytes(m, u, every, bits)
+                if bits != parent_bits:
+                    if len(places) >= _IDLE:
+                        idle += places
+                    run, places = (), ()
+                else:  # the byte just written changed nothing allowed
+                    run, places = (*run, self._class_of[text[-1]]), (*places, len(text) - 1)
+                    if len(places) >= _IDLE and len(todo) > 1:  # (closing brackets do not
+                        # leave the same bytes allowed this often; content loops do)
+                        todo = tuple(sorted(todo, key=lambda b: self._class_of[b] in run))
+                parent_bits = bits
             if not todo:
                 continue
             b, rest = todo[0], todo[1:]
-            stack.append((m, u, text, rest))
-            stack.append((advanced(m, b), self._byte_next[u][b], text + bytes([b]), None))
+            stack.append((m, u, text, rest, parent_bits, run, places, idle))
+            stack.append((advanced(m, b), self._byte_next[u][b], text + bytes([b]), None,
+                          parent_bits, run, places, idle))  # fmt: skip
         return None
 
     def _utf8_ok(self, utf8: int, t: int) -> bool:
@@ -449,11 +524,20 @@ def _cuts(text: bytes) -> list[tuple[int, int]]:
     return sorted(cuts, key=lambda cut: (cut[0], cut[0] - cut[1]))
 
 
-def _shortened(searcher: Any, text: bytes) -> bytes:
+def _shortened(
+    searcher: Any, text: bytes, idle: Sequence[int] = (), work: Work | None = None
+) -> bytes:
     """A depth-first completion made shorter where removing a span (:func:`_cuts`) still
     completes from the byte parser ``searcher`` (unchanged), left to right, until a sweep
     removes none: the descent writes ``-0`` for ``0`` and optional members before required
-    ones. At most ``_CUT_TRIES`` parses; texts over ``_CUT_BYTES`` are left as they are."""
+    ones. First the ``idle`` bytes (:meth:`Completer._dfs`) all at once. At most
+    ``_CUT_TRIES`` parses; texts over ``_CUT_BYTES`` are left as they are."""
+    if idle and _spend(work):
+        gone = set(idle)
+        cut = bytes(b for i, b in enumerate(text) if i not in gone)
+        seq = [*cut, BYTE_EOS]
+        if searcher.validate_tokens(seq) == len(seq):
+            text = cut
     if len(text) > _CUT_BYTES:
         return text
     tries, start, removed = 0, 0, False
@@ -462,6 +546,8 @@ def _shortened(searcher: Any, text: bytes) -> bytes:
             if i < start:
                 continue
             tries += 1
+            if not _spend(work):
+                return text
             cut = text[:i] + text[j:]
             seq = [*cut, BYTE_EOS]
             if searcher.validate_tokens(seq) == len(seq):

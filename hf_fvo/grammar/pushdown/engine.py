@@ -123,6 +123,11 @@ class PushdownTokenizer:
             )
         return self._spaces_only
 
+    @functools.cached_property
+    def sizes(self) -> np.ndarray:
+        """Per token id, how many bytes it spells (the order a budget's searches try tokens)."""
+        return np.array([len(b or b"") for b in self.vocab.token_bytes], dtype=np.int64)
+
     @property
     def content_after(self) -> np.ndarray:
         """Per token id, where its bytes can stand inside one of hf_fvo's JSON string lexemes

@@ -31,6 +31,7 @@ from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError
 from hf_fvo.grammar.bitmask import bias_table, pack
 from hf_fvo.grammar.interface import Grammar, LazyAdmissible, _same_rows, bias_bits
 from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
+from hf_fvo.grammar.pushdown.completion import Work
 from hf_fvo.grammar.pushdown.engine import (
     PushdownTokenizer,
     canonical_json,
@@ -44,14 +45,15 @@ from hf_fvo.grammar.pushdown.utf8 import STRING_STATES
 
 __all__ = ["PushdownGrammar", "PushdownState"]
 
-_SEARCHES = 4  # child states searched per admissible() call at most (beyond: excluded)
+_STEP_WORK = 4096  # parser operations one budgeted set's searches may spend (then: excluded)
+_SPLICE_TRIES = 1024  # and its splices (a parse each), before the searches
+_CONTINUED = 8  # completions found by a check's searches that later candidates may continue
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
 _LAZY_ROOM = 0  # room beyond a state's witness from which its budget rule is lazy
 _LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one not worth a search
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
-_SPLICE_TRIES = 1024  # splices parsed per admissible() call at most (beyond: searched or excluded)
 _MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
@@ -451,33 +453,46 @@ class PushdownGrammar(Grammar):
         y: int,
         room: int,
         text: bytes,
-        splices: list[tuple[int, ...]] | None = None,
+        splices: dict[int, tuple[int, ...]] | None = None,
+        work: Work | None = None,
     ) -> tuple[int, ...] | None:
         """y then one of :meth:`_splices` (``splices``, if given), the first the parser
-        accepts: y often stands for the witness's first bytes (``{`` where it wrote `` {``,
-        ``4`` where it wrote ``-``). A splice can be longer than what a search from y's next
-        state finds, so the child also searches once asked for its completion and keeps the
-        shorter (:class:`~hf_fvo.grammar.pushdown.state.Loose`)."""
+        accepts, the one that drops as many bytes as y spells first (y written in place of
+        the witness's first bytes: a string's content, a digit for a digit): y often stands
+        for the witness's first bytes (``{`` where it wrote `` {``, ``4`` where it wrote
+        ``-``). A splice can be longer than what a search from y's next state finds, so the
+        child also searches once asked for its completion and keeps the shorter
+        (:class:`~hf_fvo.grammar.pushdown.state.Loose`). Each parse spends one of ``work``."""
         done = self._completer
-        for rest in self._splices(state, room, text) if splices is None else splices:
-            if done.accepts(state._matcher, state._utf8, (y, *rest)):
-                return Loose(rest)
+        rests = self._splices(state, room, text) if splices is None else splices
+        size = len(self._vocab.token_bytes[y])
+        order = [size, *(i for i in rests if i != size)] if size in rests else list(rests)
+        for i in order:
+            if work is not None and not work.spend():
+                return None
+            if done.accepts(state._matcher, state._utf8, (y, *rests[i])):
+                return Loose(rests[i])
         return None
 
-    def _splices(self, state: PushdownState, room: int, text: bytes) -> list[tuple[int, ...]]:
-        """The witness's bytes (``text``) less their first i (1 ≤ i ≤ ``_SPLICE``), in the
+    def _splices(self, state: PushdownState, room: int, text: bytes) -> dict[int, tuple[int, ...]]:
+        """By i (1 ≤ i ≤ ``_SPLICE``): the witness's bytes (``text``) less their first i, in the
         fewest tokens, where that fits in ``room``; the same for every token."""
         rests = self._suffixes(state, text) if text else ()
-        return [rest for i in range(1, min(len(text), _SPLICE) + 1)
-                if (rest := rests[i]) is not None and len(rest) <= room]  # fmt: skip
+        return {i: rest for i in range(1, min(len(text), _SPLICE) + 1)
+                if (rest := rests[i]) is not None and len(rest) <= room}  # fmt: skip
 
-    def _searched(self, state: PushdownState, y: int, room: int) -> tuple[int, ...] | None:
+    def _searched(
+        self, state: PushdownState, y: int, room: int, work: Work | None = None
+    ) -> tuple[int, ...] | None:
         """A completion of y's next state that fits in ``room``, found by a bounded search:
         depth first (linear in its length), then — where that found none that fits — breadth
         first (the byte-shortest within a few dozen parser states); breadth first only where
         the room is below the state's witness. A depth-first one may be longer than the
-        shortest: the child keeps it as :class:`~hf_fvo.grammar.pushdown.state.Loose`."""
+        shortest: the child keeps it as :class:`~hf_fvo.grammar.pushdown.state.Loose`. Every
+        expansion and parse spends one of ``work``."""
         done, searcher = self._completer, self._bytewise.parser(state)
+        if work is not None and not work.spend():
+            return None
         if room == 0:  # only the empty completion fits: whether y's next state accepts
             return done.complete(state._matcher, searcher, state._utf8, first=y, passes="none")
         witness = state._witness
@@ -485,10 +500,11 @@ class PushdownGrammar(Grammar):
             # (where not even the state's witness fits after y, y must shorten it: the
             # depth-first pass rarely finds that, the breadth-first one does)
             found = done.complete(state._matcher, searcher, state._utf8, _CHILD_NODES, first=y,
-                                  passes="depth")  # fmt: skip
+                                  passes="depth", work=work)  # fmt: skip
             if found is not None and len(found) <= room:
                 return Loose(found)
-        found = done.complete(state._matcher, searcher, state._utf8, first=y, passes="breadth")
+        found = done.complete(state._matcher, searcher, state._utf8, first=y, passes="breadth",
+                              work=work)  # fmt: skip
         return found if found is not None and len(found) <= room else None
 
     def _text(self, witness: tuple[int, ...] | None) -> bytes:
@@ -525,9 +541,7 @@ class PushdownGrammar(Grammar):
             out[list(self._eos)] = True
         return out
 
-    def _within(
-        self, state: PushdownState, room: int, searches: int | None = _SEARCHES
-    ) -> np.ndarray:
+    def _within(self, state: PushdownState, room: int, work: int | None = _STEP_WORK) -> np.ndarray:
         """The admissible non-EOS tokens y whose next state has a verified completion of at
         most ``room`` tokens (one 0/1 byte per id); their witnesses are kept for the children.
 
@@ -540,10 +554,12 @@ class PushdownGrammar(Grammar):
         fits, and the other content tokens are excluded without a search (from inside the
         same string it finds the witness's kind of completion, which does not fit). Every
         other token is tried with the witness's splices (:meth:`_spliced`: y standing for its
-        first bytes, as a digit stands for a sign), up to ``_SPLICE_TRIES`` parses a call; the
-        rest have their next states searched, at most ``searches`` per call (``None``: all,
-        and every splice); the others are excluded: the rule may drop a member, never admit
-        one that cannot finish in time."""
+        first bytes, as a digit stands for a sign), up to ``_SPLICE_TRIES`` parses, then the
+        rest have their next states searched (fewest bytes first, each continuing what an
+        earlier one found where it can: :meth:`_continued`), all drawing on ``work`` parser
+        operations (``None``: no bound, and every splice); what the work does not reach is
+        excluded: the rule may drop a member, never admit one that cannot finish in time,
+        and the set is the same on every run."""
         done = self._completer
         keep = np.zeros(self._n, dtype=np.uint8)
         entry = self._room(state, room)
@@ -561,6 +577,10 @@ class PushdownGrammar(Grammar):
         tails = self._tails(witness, room)
         cand = bits & (keep ^ 1)  # admissible and not kept yet (0/1 per id)
         inside = None
+        if witness and utf8 == 0 and self._counted:
+            # content tokens written in place of the witness's first characters
+            self._replaced(state, room, self._text(witness), cand, keep, heirs)
+            cand &= keep ^ 1
         if (witness and utf8 == 0 and self._marked is not None
                 and np.count_nonzero(cand) >= _CERTIFY_FROM):  # fmt: skip
             # content tokens whose character- or escape-finishing tokens, then the witness,
@@ -614,29 +634,58 @@ class PushdownGrammar(Grammar):
                 heirs.setdefault(y, tuple(found))  # inherited, like a tail
         text = self._text(witness)
         uncertified = pool[keep[pool] == 0]
-        # whitespace last: a layout admits many spellings of it at each place (all optional:
-        # they rarely shorten a completion), and the searches are few
-        uncertified = uncertified[np.argsort(self._tokenizer.spaces_only[uncertified],
-                                             kind="stable")]  # fmt: skip
+        # whitespace last (a layout admits many spellings of it at each place, all optional:
+        # they rarely shorten a completion), then the fewest bytes first (a bracket, a quote,
+        # a key's first letters: what structure a token starts, before what it writes)
+        sizes = self._tokenizer.sizes[uncertified]
+        uncertified = uncertified[np.lexsort((sizes, self._tokenizer.spaces_only[uncertified]))]
         splices = self._splices(state, room, text)
         if splices and len(uncertified):  # a parse per splice, up to _SPLICE_TRIES a call
-            tried = (
-                uncertified
-                if searches is None
-                else uncertified[: -(-_SPLICE_TRIES // len(splices))]
-            )
-            for y in tried.tolist():
-                found = self._spliced(state, y, room, text, splices)
+            tries = None if work is None else Work(_SPLICE_TRIES)
+            for y in uncertified.tolist():
+                found = self._spliced(state, y, room, text, splices, tries)
                 if found is not None:
                     keep[y] = 1
                     heirs.setdefault(y, found)
+                elif tries is not None and not tries.left:
+                    break
             uncertified = uncertified[keep[uncertified] == 0]
-        for y in (uncertified if searches is None else uncertified[:searches]).tolist():
-            found = self._searched(state, y, room)
+        budget = None if work is None else Work(work)
+        found_texts: list[bytes] = []  # what the searches below found, y's bytes included
+        spelled = self._vocab.token_bytes
+        for y in uncertified.tolist():  # in that order, until the work is spent
+            if budget is not None and not budget.left:
+                break  # (the rest are excluded: sound, perhaps not every member)
+            found = self._continued(state, y, room, found_texts, budget)
+            if found is None:
+                found = self._searched(state, y, room, budget)
+                if found is not None:
+                    found_texts.append(spelled[y] + self._text(found))
             if found is not None:
                 keep[y] = 1
                 heirs.setdefault(y, found)
         return keep
+
+    def _continued(
+        self, state: PushdownState, y: int, room: int, texts: list[bytes], work: Work | None
+    ) -> tuple[int, ...] | None:
+        """The rest of a completion an earlier search of this check found (``texts``: the
+        searched token's bytes, then its completion's), where y spells a beginning of it and
+        the rest fits: the searches go from the fewest bytes up, so `` t`` is searched and
+        `` tr``, `` tru``, `` true`` follow it with one parse each. Each parse spends one of
+        ``work``."""
+        head = self._vocab.token_bytes[y]
+        for text in reversed(texts[-_CONTINUED:]):
+            if len(text) <= len(head) or not text.startswith(head):
+                continue
+            if work is not None and not work.spend():
+                return None
+            done = self._completer
+            rest = done.fewest_tokens(text[len(head) :])
+            if (rest is not None and len(rest) <= room
+                    and done.accepts(state._matcher, state._utf8, (y, *rest))):  # fmt: skip
+                return Loose(rest)
+        return None
 
     def _witness_prefixes(
         self,
@@ -737,6 +786,51 @@ class PushdownGrammar(Grammar):
                 if c > 1:  # (one marker: asked above)
                     fits[c] = completes(int(c))
         return fits
+
+    def _replaced(
+        self,
+        state: PushdownState,
+        room: int,
+        text: bytes,
+        cand: np.ndarray,
+        keep: np.ndarray,
+        heirs: dict[int, tuple[int, ...]],
+    ) -> None:
+        """Keep the content tokens that, written in place of the witness's first characters,
+        leave the rest of the witness a completion: where the witness (``text``) begins with
+        c plain characters inside a counted string lexeme (``STRING_m_M``), c markers then its
+        bytes from c completing the marked grammar (:meth:`_inside_string`'s argument: the
+        markers stand for any c characters of the string's content) certify every candidate
+        in ``cand`` that spells c whole characters of content, with that rest as its
+        witness. One parse per c: a string of exactly three characters whose witness wrote
+        ``]]]`` admits ``USD`` (a fixed length leaves no room to add characters to the
+        witness's, so :meth:`_inside_string` certifies none there)."""
+        plain = 0
+        while plain < len(text) and 0x20 <= text[plain] < 0x7F and text[plain] not in b'"\\':
+            plain += 1
+        if not plain:
+            return
+        tok = self._tokenizer
+        chars = tok.content_chars
+        whole = (tok.content_after == 0) & (cand == 1) & (keep == 0) & (chars > 0)
+        counts = np.bincount(chars[whole], minlength=plain + 1)[1 : plain + 1]
+        if not counts.any():
+            return
+        matcher = self._marked.parser(state, required=False)
+        if matcher is None:
+            return
+        marker, rests = tok.marker[1], self._suffixes(state, text)
+        for c in (np.flatnonzero(counts) + 1).tolist():
+            rest = rests[c]
+            if rest is None or len(rest) > room:
+                continue
+            seq = [marker] * c + [*rest, self._eos[0]]
+            if matcher.validate_tokens(seq) != len(seq):
+                continue
+            hit = np.flatnonzero(whole & (chars == c))
+            keep[hit] = 1
+            for y in hit.tolist():
+                heirs.setdefault(y, rest)
 
     def _inherited(self, state: PushdownState, token: int) -> Any:
         """The witness a child starts with: what an admissible() call found for it, else the

@@ -1,0 +1,111 @@
+"""Whether the budget rule keeps the members that fit: each task's own answer, walked token by
+token through the budgeted admissible sets.
+
+For every task of a shipped suite (``hf_fvo/eval/suites/tasks/<suite>.jsonl``), the task's
+instance is written as the task grammar accepts it (the schema's key order; ``pretty``: indented
+by four, the layout the task table decodes with; ``compact``: no whitespace), tokenized as the
+tokenizer writes it, and walked through ``Grammar.admissible(state, remaining)`` at the task's
+own budget (``max_new_tokens``, about twice the answer), as the logits processor asks it at
+every step of ``generate()``. The answer fits, so every one of its tokens and the final EOS
+must be admitted; a task is *refused* at the first one that is not (where the grammar itself
+refuses a token the answer is not a member — the shorten suite's source text, longer than
+the task's ``maxLength`` by design — and the walk stops there, counted apart). Also the
+grammar step's time per row-step (the admissible set, one fresh grammar per task, so every
+set is computed anew): p50, p99 and max, and the slowest task.
+
+Usage:
+    python benchmarks/budget_walk.py --suite transcribe --layout pretty --write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+from harness import ROOT, provenance, publish
+
+from hf_fvo import Grammar
+from hf_fvo.eval.instances import in_schema_order
+from hf_fvo.models import load_default_tokenizer
+
+
+def walk_task(task: dict, tokenizer, layout: str, limit_s: float) -> dict:
+    """One task's answer walked through the budgeted sets: where it was refused (or None),
+    and each step's seconds."""
+    schema, data = json.loads(task["schema"]), json.loads(task["instance"])
+    budget = task["max_new_tokens"]
+    pretty = layout == "pretty"
+    g = Grammar.from_json_schema(schema, tokenizer, whitespace="pretty" if pretty else "")
+    text = json.dumps(in_schema_order(data, schema), ensure_ascii=False,
+                      indent=4 if pretty else None,
+                      separators=None if pretty else (",", ":"))  # fmt: skip
+    ids = tokenizer.encode(text)
+    state, steps, refused, started = g.initial_state, [], None, time.perf_counter()
+    for t, y in enumerate([*ids, tokenizer.eos_token_id]):
+        t0 = time.perf_counter()
+        admitted = g.admissible(state, budget - t)
+        steps.append(time.perf_counter() - t0)
+        if not admitted[y]:
+            if not g.allowed(state)[y]:  # the grammar itself refuses it: not a member (the
+                # shorten suite's source is longer than its maxLength, by design)
+                return {"name": task["name"], "tokens": len(ids), "budget": budget,
+                        "refused": None, "member": False, "steps": steps}  # fmt: skip
+            refused = {"step": t, "at": text_before(tokenizer, ids, t),
+                       "token": tokenizer.decode([y]), "kept": int(admitted.sum()),
+                       "allowed": int(g.allowed(state).sum())}  # fmt: skip
+            break
+        if y == tokenizer.eos_token_id:
+            break
+        state = g.next_state(state, y)
+        if time.perf_counter() - started > limit_s:
+            refused = {"step": t, "at": "time limit", "token": "", "kept": 0, "allowed": 0}
+            break
+    return {"name": task["name"], "tokens": len(ids), "budget": budget, "refused": refused,
+            "member": True, "steps": steps}  # fmt: skip
+
+
+def text_before(tokenizer, ids: list[int], t: int) -> str:
+    return tokenizer.decode(ids[:t])[-32:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", default="transcribe", choices=["transcribe", "shorten"])
+    parser.add_argument("--layout", default="pretty", choices=["pretty", "compact"])
+    parser.add_argument("--limit", type=float, default=120.0, help="seconds a task may take")
+    parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
+    args = parser.parse_args()
+    tokenizer = load_default_tokenizer()
+    path = ROOT / "hf_fvo" / "eval" / "suites" / "tasks" / f"{args.suite}.jsonl"
+    tasks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [walk_task(task, tokenizer, args.layout, args.limit) for task in tasks]
+    steps = np.array([s for r in rows for s in r["steps"]]) * 1000
+    refused = [r for r in rows if r["refused"] is not None]
+    slowest = max(rows, key=lambda r: sum(r["steps"]))
+    lines = [
+        f"## Budget rule: each task's answer walked through its budgeted sets ({args.suite}, "
+        f"{args.layout})",
+        "",
+        provenance("llguidance", "transformers"),
+        "",
+        "| tasks | not members | refused part-way | row-steps | p50 ms | p99 ms | max ms | "
+        "slowest task (s) |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {len(rows)} | {sum(not r['member'] for r in rows)} | {len(refused)} | {len(steps)} | "
+        f"{np.percentile(steps, 50):.2f} | "
+        f"{np.percentile(steps, 99):.1f} | {steps.max():.0f} | {slowest['name']} "
+        f"({sum(slowest['steps']):.1f}) |",
+        "",
+    ]
+    for r in refused:
+        f = r["refused"]
+        lines.append(f"- refused: `{r['name']}` ({r['tokens']} tokens, budget {r['budget']}) "
+                     f"at step {f['step']}, `{f['token']!r}` after `{f['at']!r}` "
+                     f"({f['kept']} of {f['allowed']} kept)")  # fmt: skip
+    publish(lines, args.write)
+
+
+if __name__ == "__main__":
+    main()
