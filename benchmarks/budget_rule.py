@@ -2,9 +2,9 @@
 
 Near a budget's end the rule admits a token y only where y's next state has a verified
 completion that fits the room. Most tokens are certified by a parse; the rest by splices and
-completion searches, bounded per call (``_SPLICE_TRIES`` splice parses, ``_SEARCHES``
-searches); a token left unverified is excluded, so the rule may drop a member (it never
-admits one that cannot finish). This script walks development schemas (the
+completion searches, bounded per call (``_SPLICE_TRIES`` splice parses, ``_STEP_WORK``
+parser operations of searches); a token left unverified is excluded, so the rule may drop a
+member (it never admits one that cannot finish). This script walks development schemas (the
 ``realworld_generation`` choice) under budgets that bind, sampling SmolLM2 masked to the rule's
 set as hf_fvo does, and at every step where the rule applies compares that set with the same
 rule with no bounds (every splice, every search, as the token-by-token rule resolves it):

@@ -851,3 +851,39 @@ def test_the_work_bound_gives_the_same_sound_set_on_every_run(smol_tokenizer, mo
     state = g.walk(prefix)
     whole = g._within(state, 60, None).nonzero()[0].tolist()
     assert set(sets[0]) < set(whole), (len(sets[0]), len(whole))
+
+
+def test_a_descent_without_the_schema_s_texts_leaves_a_run_of_content_behind(smol_tokenizer):
+    """Without the patterns' texts (a grammar copy that has none), the descent inside
+    ``[0-9]+`` writes closers as content; after 32 bytes that change nothing allowed it tries
+    the classes it has not written (a digit), and the shortening drops the run: a few tokens,
+    not 2,048."""
+    import pickle
+
+    g = Grammar.from_json_schema(
+        {"properties": {"bar": {"type": "string", "pattern": "[0-9]+"}}},
+        smol_tokenizer, whitespace="",
+    )  # fmt: skip
+    bare = pickle.loads(pickle.dumps(g))
+    bare._pieces = ()
+    witness = bare.completion(bare.walk(smol_tokenizer.encode('{"bar":"')))
+    assert witness is not None and len(witness) <= 4, smol_tokenizer.decode(witness or [])
+
+
+def test_a_search_writes_an_unanchored_pattern_s_match_it_cannot_find_byte_by_byte(
+    smol_tokenizer,
+):
+    """Inside an unanchored date-time ``pattern`` (Github_easy o12619), no byte changes what
+    is allowed until a whole match is written, so a byte search finds no completion after
+    ``"2022-01-01``; the descent writes the pattern's shortest match (``pattern_texts``) and
+    closes (26 digits and separators, each a token, then the quote and brace): the state has a
+    witness, and a budget of a few dozen tokens admits ``T``."""
+    pattern = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}.\d{6}"
+    schema = {"type": "object", "required": ["created"],
+              "properties": {"created": {"type": "string", "pattern": pattern}}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    state = g.walk(smol_tokenizer.encode('{"created":"2022-01-01'))
+    witness = g.completion(state)
+    assert witness is not None and len(witness) <= 28, smol_tokenizer.decode(witness or [])
+    t = smol_tokenizer.encode("T")
+    assert len(t) == 1 and g.admissible(state, len(witness) + 8)[t[0]]

@@ -214,6 +214,7 @@ class Completer:
         first: int | None = None,
         passes: str = "both",
         work: Work | None = None,
+        texts: Sequence[bytes] = (),
     ) -> tuple[int, ...] | None:
         """A verified token sequence (EOS excluded) that takes the parser state to acceptance,
         or ``None`` when the searches' limits (``nodes`` parser states per depth-first pass)
@@ -223,7 +224,8 @@ class Completer:
         ``"both"`` (breadth first, then depth first if that found nothing), ``"breadth"`` or
         ``"depth"`` alone (a completion, not the byte-shortest), or ``"none"``: only the empty
         completion, where the parser state accepts (no search). ``work``: the operations every
-        pass and parse here draws on (``None``: only ``nodes`` bounds them)."""
+        pass and parse here draws on (``None``: only ``nodes`` bounds them). ``texts``: what the
+        depth-first passes try to write where a byte changed nothing (:meth:`_dfs`)."""
         head: tuple[int, ...] = ()
         after = utf8
         if first is not None:
@@ -242,13 +244,14 @@ class Completer:
             return None
         text = None if passes == "depth" else self._bytes_bfs(searcher, after, work=work)
         if text is None and passes != "breadth":
-            text = self._bytes_dfs(searcher, after, nodes, work=work)
+            text = self._bytes_dfs(searcher, after, nodes, work=work, texts=texts)
         if text is None and passes != "breadth":
             # one byte per class missed it: the grammar tells bytes of a class apart (after
             # "[ab]*" only "c" ends "[ab]*c"); search again writing every allowed byte
             text = self._bytes_bfs(searcher, after, every=True, work=work)
             if text is None:
-                text = self._bytes_dfs(searcher, after, nodes, every=True, work=work)
+                text = self._bytes_dfs(searcher, after, nodes, every=True, work=work,
+                                       texts=texts)  # fmt: skip
         if text is None:
             return None
         tokens = self.fewest_tokens(text)
@@ -420,12 +423,18 @@ class Completer:
         return None
 
     def _bytes_dfs(
-        self, searcher: Any, utf8: int, nodes: int, every: bool = False, work: Work | None = None
+        self,
+        searcher: Any,
+        utf8: int,
+        nodes: int,
+        every: bool = False,
+        work: Work | None = None,
+        texts: Sequence[bytes] = (),
     ) -> bytes | None:
         # first a long descent (closing what is open, writing what is required: linear in the
         # completion's length), then a shallow search with backtracking for the rest
         for limit in (MAX_DEPTH, 256):
-            found = self._dfs(searcher, utf8, limit, [nodes], every, work)
+            found = self._dfs(searcher, utf8, limit, [nodes], every, work, texts)
             if found is not None:
                 return _shortened(searcher, *found, work=work)
         return None
@@ -438,6 +447,7 @@ class Completer:
         budget: list[int],
         every: bool = False,
         work: Work | None = None,
+        texts: Sequence[bytes] = (),
     ) -> tuple[bytes, tuple[int, ...]] | None:
         """A completion's bytes, and the places of the last run of bytes that each left the
         allowed bytes as they were (idle: content of a string or pattern, or brackets).
@@ -446,7 +456,13 @@ class Completer:
         in that run are tried last: inside an unanchored pattern such as ``[0-9]+`` the
         closers (tried first elsewhere) are content, and writing them again never leads
         anywhere; the next class that changes what is allowed (a digit) is found in a few
-        bytes, and :func:`_shortened` then drops the run."""
+        bytes, and :func:`_shortened` then drops the run.
+
+        Where a byte first leaves the allowed bytes as they were, each of ``texts`` (the
+        grammar's: its patterns' shortest matches) that the parser takes is written next, tried
+        before anything else: inside ``\\d{4}-\\d{2}-\\d{2}`` unanchored, no byte changes what
+        is allowed until a whole match is written, which one byte at a time a search never
+        finds (the byte before the text counts as idle: the shortening drops it)."""
         # iterative: (parser, utf8, text, untried bytes, allowed bits, the run's classes,
         # the run's places, the places of earlier long runs)
         stack: list[Any] = [(searcher, utf8, b"", None, -1, (), (), ())]
@@ -471,6 +487,20 @@ class Completer:
                     if len(places) >= _IDLE and len(todo) > 1:  # (closing brackets do not
                         # leave the same bytes allowed this often; content loops do)
                         todo = tuple(sorted(todo, key=lambda b: self._class_of[b] in run))
+                    if len(places) == 1 and u == 0 and texts:
+                        children = []
+                        for piece in texts:
+                            if not _spend(work):
+                                return None
+                            if m.validate_tokens(list(piece)) == len(piece):
+                                child = m.deep_copy()
+                                child.consume_tokens(list(piece))
+                                children.append((child, u, text + piece, None, -1, (), (),
+                                                 idle + places))  # fmt: skip
+                        if children:  # (tried before the node's own bytes, the first first)
+                            stack.append((m, u, text, todo, bits, run, places, idle))
+                            stack.extend(reversed(children))
+                            continue
                 parent_bits = bits
             if not todo:
                 continue

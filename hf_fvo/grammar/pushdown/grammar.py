@@ -91,6 +91,7 @@ class PushdownGrammar(Grammar):
         shortest: int = 0,
         member: Callable[[], str | None] | None = None,
         lower: Callable[[int | None], int | None] | None = None,
+        texts: Callable[[], tuple[str, ...]] | None = None,
     ) -> None:
         """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors.
         ``finite=True`` states that the language is finite (shown from its JSON schema);
@@ -100,11 +101,14 @@ class PushdownGrammar(Grammar):
         text of a short member (from its JSON schema), which the parser verifies before it
         becomes the initial state's witness; ``lower(upper)`` gives a proven lower bound on the
         tokens of every member (0 or ``None``: not known; it may stop at ``upper``, the tokens
-        of a member found), asked only when a budget needs it."""
+        of a member found), asked only when a budget needs it; ``texts()`` gives text that
+        string contents may need (its patterns' shortest matches), which the completion
+        searches try to write."""
         self._definition = definition
         self._closing = closing
         self._shortest = int(shortest)
         self._member = member
+        self._texts, self._pieces = texts, None
         self._lower, self._lower_value, self._lower_whole = lower, None, False
         self._vocab = self._vocabulary = tokenizer.vocab
         self._vocab_size = int(vocab_size)
@@ -280,12 +284,19 @@ class PushdownGrammar(Grammar):
                 return state._witness
         if witness is UNKNOWN or isinstance(witness, Loose):
             found = self._completer.complete(
-                state._matcher, self._bytewise.parser(state), state._utf8
-            )
+                state._matcher, self._bytewise.parser(state), state._utf8,
+                texts=self._written(),
+            )  # fmt: skip
             if witness is not UNKNOWN and (found is None or len(witness) < len(found)):
                 found = witness  # the inherited one is shorter: keep it
             state._witness = None if found is None else Found(found)
         return state._witness
+
+    def _written(self) -> tuple[bytes, ...]:
+        """The bytes the completion searches try to write inside strings (``texts()``, once)."""
+        if self._pieces is None:
+            self._pieces = tuple(t.encode() for t in (self._texts() if self._texts else ()))
+        return self._pieces
 
     def _built_member(self) -> tuple[int, ...] | None:
         """The built member's text in the fewest tokens that spell it, if the parser (and the
@@ -500,7 +511,7 @@ class PushdownGrammar(Grammar):
             # (where not even the state's witness fits after y, y must shorten it: the
             # depth-first pass rarely finds that, the breadth-first one does)
             found = done.complete(state._matcher, searcher, state._utf8, _CHILD_NODES, first=y,
-                                  passes="depth", work=work)  # fmt: skip
+                                  passes="depth", work=work, texts=self._written())  # fmt: skip
             if found is not None and len(found) <= room:
                 return Loose(found)
         found = done.complete(state._matcher, searcher, state._utf8, first=y, passes="breadth",
@@ -979,6 +990,7 @@ class PushdownGrammar(Grammar):
             "closing": self._closing,
             "shortest": self._shortest,
             "member": self._member,
+            "texts": self._written(),
             "lower": self._lower_value,  # the bound if computed (not the compiler behind it)
         }
 
@@ -992,6 +1004,7 @@ class PushdownGrammar(Grammar):
         self._closing = state.get("closing")
         self._shortest = state.get("shortest", 0)
         self._member = state.get("member")
+        self._texts, self._pieces = None, tuple(state.get("texts", ()))
         self._lower, self._lower_value, self._lower_whole = None, state.get("lower"), True
         self._setup(PushdownTokenizer(self._vocab))
 

@@ -31,7 +31,7 @@ from typing import Any
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target, string_patterns
 from hf_fvo.grammar.schema.patterns import python_tree
 
-__all__ = ["shortest_member", "shortest_pattern_text"]
+__all__ = ["pattern_texts", "shortest_member", "shortest_pattern_text"]
 
 _WIDTH = 4  # candidates kept per node (distinct items and anyOf branches need a few)
 _WORK = 10_000  # node visits per schema at most: a pathological schema gives up, never hangs
@@ -82,6 +82,45 @@ def shortest_pattern_text(pattern: str) -> str | None:
 
 class _GiveUp(Exception):
     pass
+
+
+def pattern_texts(schema: Any, most: int = 16) -> tuple[str, ...]:
+    """The shortest matches of the patterns a JSON schema names (``pattern``, and the keys of
+    ``patternProperties``), as JSON string content (escaped), shortest first, at most
+    ``most``: what a completion search writes where a string's content must match one.
+
+    Example:
+        >>> from hf_fvo.grammar.schema.instance import pattern_texts
+        >>> pattern_texts({"properties": {"d": {"type": "string", "pattern": "\\d{2}-\\d{2}"}},
+        ...                "patternProperties": {"^x-": {}}})
+        ('x-', '00-00')
+    """
+    found: dict[str, None] = {}
+    seen: set[int] = set()
+
+    def visit(node: Any, depth: int) -> None:
+        if depth > 64 or id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, list):
+            for item in node:
+                visit(item, depth + 1)
+            return
+        if not isinstance(node, dict):
+            return
+        patterns = list(node.get("patternProperties") or {}) if isinstance(
+            node.get("patternProperties"), dict) else []  # fmt: skip
+        if isinstance(node.get("pattern"), str):
+            patterns.append(node["pattern"])
+        for pattern in patterns:
+            text = _pattern_text(pattern)
+            if text:
+                found[json.dumps(text)[1:-1]] = None
+        for value in node.values():
+            visit(value, depth + 1)
+
+    visit(schema, 0)
+    return tuple(sorted(found, key=len)[:most])
 
 
 @functools.lru_cache(maxsize=4096)
