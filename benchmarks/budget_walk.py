@@ -24,9 +24,10 @@ import json
 import time
 
 import numpy as np
-from harness import ROOT, provenance, publish
+from harness import MASKBENCH, ROOT, provenance, publish
 
 from hf_fvo import Grammar
+from hf_fvo.errors import GrammarError
 from hf_fvo.eval.instances import in_schema_order
 from hf_fvo.models import load_default_tokenizer
 
@@ -66,27 +67,60 @@ def walk_task(task: dict, tokenizer, layout: str, limit_s: float) -> dict:
             "member": True, "steps": steps}  # fmt: skip
 
 
+def maskbench_tasks(tokenizer, slack: int, files: int | None) -> list[dict]:
+    """MaskBench's valid instances as walk tasks: compact JSON in the schema's key order, the
+    budget the instance's tokens plus EOS plus ``slack`` (0: exactly what the answer needs)."""
+    tasks = []
+    for row in [json.loads(line) for line in MASKBENCH.open()][:files]:
+        for case in row["tests"]:
+            if not case["valid"]:
+                continue
+            text = json.dumps(in_schema_order(case["data"], row["schema"]), ensure_ascii=False,
+                              separators=(",", ":"))  # fmt: skip
+            tasks.append({"name": row["description"], "schema": json.dumps(row["schema"]),
+                          "instance": json.dumps(case["data"]),
+                          "max_new_tokens": len(tokenizer.encode(text)) + 1 + slack})  # fmt: skip
+    return tasks
+
+
 def text_before(tokenizer, ids: list[int], t: int) -> str:
     return tokenizer.decode(ids[:t])[-32:]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--suite", default="transcribe", choices=["transcribe", "shorten"])
+    parser.add_argument("--suite", default="transcribe",
+                        choices=["transcribe", "shorten", "maskbench"])  # fmt: skip
+    parser.add_argument(
+        "--slack", type=int, default=0, help="maskbench: budget = the instance's tokens + 1 + slack"
+    )
+    parser.add_argument("--files", type=int, default=None, help="maskbench: the first N files")
     parser.add_argument("--layout", default="pretty", choices=["pretty", "compact"])
     parser.add_argument("--limit", type=float, default=120.0, help="seconds a task may take")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     tokenizer = load_default_tokenizer()
-    path = ROOT / "hf_fvo" / "eval" / "suites" / "tasks" / f"{args.suite}.jsonl"
-    tasks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rows = [walk_task(task, tokenizer, args.layout, args.limit) for task in tasks]
+    if args.suite == "maskbench":
+        tasks = maskbench_tasks(tokenizer, args.slack, args.files)
+    else:
+        path = ROOT / "hf_fvo" / "eval" / "suites" / "tasks" / f"{args.suite}.jsonl"
+        tasks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for task in tasks:
+        try:
+            rows.append(walk_task(task, tokenizer, args.layout, args.limit))
+        except GrammarError as exc:  # a budget below the proven shortest member: a refusal
+            rows.append({"name": task["name"], "tokens": 0, "budget": task["max_new_tokens"],
+                         "member": True, "steps": [], "refused": {
+                             "step": 0, "at": type(exc).__name__, "token": "", "kept": 0,
+                             "allowed": 0}})  # fmt: skip
     steps = np.array([s for r in rows for s in r["steps"]]) * 1000
     refused = [r for r in rows if r["refused"] is not None]
     slowest = max(rows, key=lambda r: sum(r["steps"]))
+    budget_note = f", budget = tokens + 1 + {args.slack}" if args.suite == "maskbench" else ""
     lines = [
         f"## Budget rule: each task's answer walked through its budgeted sets ({args.suite}, "
-        f"{args.layout})",
+        f"{args.layout}{budget_note})",
         "",
         provenance("llguidance", "transformers"),
         "",
