@@ -215,6 +215,7 @@ class Completer:
         passes: str = "both",
         work: Work | None = None,
         texts: Sequence[bytes] = (),
+        breadth: int = _BFS_NODES,
     ) -> tuple[int, ...] | None:
         """A verified token sequence (EOS excluded) that takes the parser state to acceptance,
         or ``None`` when the searches' limits (``nodes`` parser states per depth-first pass)
@@ -242,7 +243,8 @@ class Completer:
             return () if (advanced(matcher, first) if head else matcher).is_accepting() else None
         if passes == "none":
             return None
-        text = None if passes == "depth" else self._bytes_bfs(searcher, after, work=work)
+        text = None if passes == "depth" else self._bytes_bfs(searcher, after, work=work,
+                                                               nodes=breadth)  # fmt: skip
         if text is None and passes != "breadth":
             text = self._bytes_dfs(searcher, after, nodes, work=work, texts=texts)
         if text is None and passes != "breadth":
@@ -364,15 +366,12 @@ class Completer:
             every_byte = (b for b in range(256) if bits >> b & 1)
             return tuple(sorted(every_byte, key=self._rank.__getitem__))
         out = []
-        if bits.bit_count() <= _FEW:  # a few bytes: walk them, lowest first
-            seen = set()
+        if bits.bit_count() <= _FEW:  # a few bytes (an enum's or a key's first letters):
+            # every one of them, so the breadth-first pass meets the shortest alternative
             while bits:
                 low = bits & -bits
                 bits ^= low
-                b = low.bit_length() - 1
-                if self._class_of[b] not in seen:
-                    seen.add(self._class_of[b])
-                    out.append(b)
+                out.append(low.bit_length() - 1)
         else:
             for members in self._classes:
                 hit = bits & members
@@ -382,13 +381,18 @@ class Completer:
         return tuple(out)
 
     def _bytes_bfs(
-        self, searcher: Any, utf8: int, every: bool = False, work: Work | None = None
+        self,
+        searcher: Any,
+        utf8: int,
+        every: bool = False,
+        work: Work | None = None,
+        nodes: int = _BFS_NODES,
     ) -> bytes | None:
         # a child's parser is copied only when it is expanded (most of the last level never
         # is); whether it accepts is asked of its parent: the byte, then EOS; a child holds
         # its parent's text (most are never expanded)
         queue: deque[tuple[Any, int, int, bytes]] = deque([(searcher, -1, utf8, b"")])
-        left = _BFS_NODES  # expansions
+        left = nodes  # expansions
         while left:
             if not queue:
                 return None

@@ -48,6 +48,7 @@ __all__ = ["PushdownGrammar", "PushdownState"]
 _STEP_WORK = 4096  # parser operations one budgeted set's searches may spend (then: excluded)
 _SPLICE_TRIES = 1024  # and its splices (a parse each), before the searches
 _CONTINUED = 8  # completions found by a check's searches that later candidates may continue
+_CHILD_BREADTH = 64  # and the breadth-first pass that follows where that found none to fit
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
 _LAZY_ROOM = 0  # room beyond a state's witness from which its budget rule is lazy
 _LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one not worth a search
@@ -515,7 +516,7 @@ class PushdownGrammar(Grammar):
             if found is not None and len(found) <= room:
                 return Loose(found)
         found = done.complete(state._matcher, searcher, state._utf8, first=y, passes="breadth",
-                              work=work)  # fmt: skip
+                              work=work, breadth=_CHILD_BREADTH)  # fmt: skip
         return found if found is not None and len(found) <= room else None
 
     def _text(self, witness: tuple[int, ...] | None) -> bytes:
