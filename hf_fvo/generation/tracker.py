@@ -24,8 +24,6 @@ from hf_fvo.phi import Certificate, PhiDiagnostics
 
 __all__ = ["RowTracker", "left_padding"]
 
-_PUSHDOWN_STATES = 256  # pushdown parser snapshots kept per tracker (each ~MBs)
-
 
 class RowTracker:
     """The grammar state, remaining budget and recorded diagnostics of every row.
@@ -76,8 +74,8 @@ class RowTracker:
         self._cache_size = check_int("cache_size", cache_size, minimum=1)
         self._pads = None if attention_mask is None else left_padding(attention_mask)
         states = self._cache_size
-        if grammar.backend == "pushdown":
-            states = min(states, _PUSHDOWN_STATES)
+        if grammar.states_kept is not None:
+            states = min(states, grammar.states_kept)
         self._states: LRU[tuple[int, ...], State] = LRU(states)
         self._steps: LRU[tuple[int, ...], PhiDiagnostics] = LRU(self._cache_size)
         self._rows = 1  # the widest batch seen (bounds the pushdown state cache from below)
@@ -104,12 +102,14 @@ class RowTracker:
 
     def expect_rows(self, rows: int) -> None:
         """Make room for ``rows`` rows' states (the widest batch seen, or the requests that
-        share this tracker): a pushdown grammar keeps ``max(256, 4 × rows)`` of them, up to
+        share this tracker): a grammar with :attr:`~hf_fvo.grammar.Grammar.states_kept` (a
+        pushdown grammar's 256) keeps ``max(states_kept, 4 × rows)`` of them, up to
         ``cache_size``."""
         if rows > self._rows:
             self._rows = rows
-            if self.grammar.backend == "pushdown":
-                self._states.size = min(self._cache_size, max(_PUSHDOWN_STATES, 4 * rows))
+            kept = self.grammar.states_kept
+            if kept is not None:
+                self._states.size = min(self._cache_size, max(kept, 4 * rows))
 
     @property
     def rows(self) -> int:

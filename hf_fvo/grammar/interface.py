@@ -130,6 +130,10 @@ class Grammar(ABC):
     """
 
     backend: ClassVar[str]
+    states_kept: ClassVar[int | None] = None
+    """How many states a per-sequence cache should keep at most (``None``: as many as it
+    likes): a pushdown state holds a parser snapshot of up to a few MB, an automaton's is an
+    int. A cache serving n rows at once keeps at least 4·n."""
     _final_check: Callable[[str], str | None] | None = None  # set by the compiler, if any
     _checked: tuple[Any, ...] = ()
 

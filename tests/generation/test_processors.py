@@ -169,10 +169,9 @@ def test_pushdown_processor_keeps_a_bounded_number_of_parser_snapshots(smol_toke
     """A pushdown state holds an llguidance parser snapshot (megabytes): a long output must not
     keep one per prefix (16 rows × 256 tokens kept 10 GB), and an evicted prefix is rebuilt
     with the same admissible set."""
-    from hf_fvo.generation.tracker import _PUSHDOWN_STATES
-
     g = Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}}, smol_tokenizer,
                                  whitespace="")  # fmt: skip
+    kept = g.states_kept
     ids = smol_tokenizer.encode("[" + ",".join(["7"] * 200))
     proc = GrammarLogitsProcessor(g, prompt_length=0)
     first = {}
@@ -180,7 +179,7 @@ def test_pushdown_processor_keeps_a_bounded_number_of_parser_snapshots(smol_toke
         out = proc(torch.tensor([ids[:end]]), torch.zeros(1, g.vocab_size))
         if end <= 3:
             first[end] = torch.isfinite(out)
-    assert len(ids) > _PUSHDOWN_STATES and len(proc.tracker._states) <= _PUSHDOWN_STATES
+    assert kept is not None and len(ids) > kept and len(proc.tracker._states) <= kept
     for end, mask in first.items():  # long evicted: rebuilt from the root
         assert torch.equal(
             torch.isfinite(proc(torch.tensor([ids[:end]]), torch.zeros(1, g.vocab_size))), mask

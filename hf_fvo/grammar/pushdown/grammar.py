@@ -79,6 +79,7 @@ class PushdownGrammar(Grammar):
     """
 
     backend = "pushdown"
+    states_kept = 256  # (parser snapshots: each up to a few MB)
 
     def __init__(
         self,

@@ -93,7 +93,7 @@ def pattern_texts(schema: Any, most: int = 16) -> tuple[str, ...]:
         >>> from hf_fvo.grammar.schema.instance import pattern_texts
         >>> pattern_texts({"properties": {"d": {"type": "string", "pattern": "\\d{2}-\\d{2}"}},
         ...                "patternProperties": {"^x-": {}}})
-        ('x-', '00-00')
+        ('x-', '11-11')
     """
     found: dict[str, None] = {}
     seen: set[int] = set()
