@@ -453,8 +453,9 @@ class Completer:
         work: Work | None = None,
         texts: Sequence[bytes] = (),
     ) -> tuple[bytes, tuple[int, ...]] | None:
-        """A completion's bytes, and the places of the last run of bytes that each left the
-        allowed bytes as they were (idle: content of a string or pattern, or brackets).
+        """A completion's bytes, and the places of its idle bytes: those of each run of at
+        least ``_IDLE`` bytes that each left the allowed bytes as they were (content of a
+        string or pattern, or brackets), and the byte before each of ``texts`` written.
 
         Once the allowed bytes have stayed the same for ``_IDLE`` bytes, the classes written
         in that run are tried last: inside an unanchored pattern such as ``[0-9]+`` the
@@ -467,14 +468,17 @@ class Completer:
         before anything else: inside ``\\d{4}-\\d{2}-\\d{2}`` unanchored, no byte changes what
         is allowed until a whole match is written, which one byte at a time a search never
         finds (the byte before the text counts as idle: the shortening drops it)."""
-        # iterative: (parser, utf8, text, untried bytes, allowed bits, the run's classes,
-        # the run's places, the places of earlier long runs)
-        stack: list[Any] = [(searcher, utf8, b"", None, -1, (), (), ())]
+        # iterative: (parser, utf8, text, untried bytes, allowed bits, the run's classes, where
+        # the run starts (−1: none; a run's places are contiguous), earlier idle spans)
+        stack: list[Any] = [(searcher, utf8, b"", None, -1, frozenset(), -1, ())]
         while stack:
-            m, u, text, todo, parent_bits, run, places, idle = stack.pop()
+            m, u, text, todo, parent_bits, run, start, idle = stack.pop()
             if todo is None:
                 if u == 0 and m.is_accepting():
-                    return text, idle + places if len(places) >= _IDLE else idle
+                    if start >= 0 and len(text) - 1 - start >= _IDLE:  # (the byte just
+                        # written is not judged yet)
+                        idle = (*idle, (start, len(text) - 1))
+                    return text, tuple(k for a, b in idle for k in range(a, b))
                 if len(text) >= limit:
                     continue
                 budget[0] -= 1
@@ -483,15 +487,16 @@ class Completer:
                 bits = self._bits(m, u)
                 todo = self._allowed_bytes(m, u, every, bits)
                 if bits != parent_bits:
-                    if len(places) >= _IDLE:
-                        idle += places
-                    run, places = (), ()
+                    if start >= 0 and len(text) - 1 - start >= _IDLE:
+                        idle = (*idle, (start, len(text) - 1))
+                    run, start = frozenset(), -1
                 else:  # the byte just written changed nothing allowed
-                    run, places = (*run, self._class_of[text[-1]]), (*places, len(text) - 1)
-                    if len(places) >= _IDLE and len(todo) > 1:  # (closing brackets do not
-                        # leave the same bytes allowed this often; content loops do)
+                    run = run | {self._class_of[text[-1]]}
+                    start = len(text) - 1 if start < 0 else start
+                    if len(text) - start >= _IDLE and len(todo) > 1:  # (closing brackets
+                        # do not leave the same bytes allowed this often; content loops do)
                         todo = tuple(sorted(todo, key=lambda b: self._class_of[b] in run))
-                    if len(places) == 1 and u == 0 and texts:
+                    if start == len(text) - 1 and u == 0 and texts:
                         children = []
                         for piece in texts:
                             if not _spend(work):
@@ -499,19 +504,19 @@ class Completer:
                             if m.validate_tokens(list(piece)) == len(piece):
                                 child = m.deep_copy()
                                 child.consume_tokens(list(piece))
-                                children.append((child, u, text + piece, None, -1, (), (),
-                                                 idle + places))  # fmt: skip
+                                children.append((child, u, text + piece, None, -1, frozenset(),
+                                                 -1, (*idle, (start, start + 1))))  # fmt: skip
                         if children:  # (tried before the node's own bytes, the first first)
-                            stack.append((m, u, text, todo, bits, run, places, idle))
+                            stack.append((m, u, text, todo, bits, run, start, idle))
                             stack.extend(reversed(children))
                             continue
                 parent_bits = bits
             if not todo:
                 continue
             b, rest = todo[0], todo[1:]
-            stack.append((m, u, text, rest, parent_bits, run, places, idle))
+            stack.append((m, u, text, rest, parent_bits, run, start, idle))
             stack.append((advanced(m, b), self._byte_next[u][b], text + bytes([b]), None,
-                          parent_bits, run, places, idle))  # fmt: skip
+                          parent_bits, run, start, idle))  # fmt: skip
         return None
 
     def _utf8_ok(self, utf8: int, t: int) -> bool:

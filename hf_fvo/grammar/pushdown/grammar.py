@@ -688,12 +688,12 @@ class PushdownGrammar(Grammar):
         `` tr``, `` tru``, `` true`` follow it with one parse each. Each parse spends one of
         ``work``."""
         head = self._vocab.token_bytes[y]
+        done = self._completer
         for text in reversed(texts[-_CONTINUED:]):
             if len(text) <= len(head) or not text.startswith(head):
                 continue
             if work is not None and not work.spend():
                 return None
-            done = self._completer
             rest = done.fewest_tokens(text[len(head) :])
             if (rest is not None and len(rest) <= room
                     and done.accepts(state._matcher, state._utf8, (y, *rest))):  # fmt: skip
