@@ -784,6 +784,35 @@ def test_a_task_s_own_answer_is_admitted_whole_at_the_task_s_budget(smol_tokeniz
             state = g.next_state(state, y)
 
 
+@pytest.mark.parametrize("name, upto", [
+    # a key under a language-tag pattern (`[A-Za-z]{5,8}` among its branches): eight-letter
+    # tokens such as `iversity` stand for the witness's key `aa`
+    ("Github_trivial---o76654.json", '{\n    "'),
+    # a string of exactly 12 characters holding a hex digit somewhere (unanchored): any
+    # content (`` the``, `` ’``) stands for as many of the witness's characters
+    ("Github_easy---o10013.json", '"userId": "'),
+])  # fmt: skip
+def test_a_budget_that_does_not_bind_admits_the_parser_s_whole_mask(smol_tokenizer, name, upto):
+    """Along the task's answer (up to the end of ``upto``), at the task's own budget (about
+    twice the answer), every token the parser admits at these places has a completion of a few dozen tokens, so the budgeted set is the parser's
+    mask, token for token. The rule dropped 1,314 tokens at the first (its splices stopped
+    after 1,024 parses; the searches' work ran out on the rest) and ~27,000 at the second:
+    each candidate now tries the splices that match it to the witness (as many characters as
+    it has; the witness's whole leading content) before any search."""
+    from hf_fvo.eval.instances import in_schema_order
+
+    task = _task(name)
+    schema = json.loads(task["schema"])
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="pretty")
+    text = json.dumps(in_schema_order(json.loads(task["instance"]), schema), indent=4)
+    ids = smol_tokenizer.encode(text[: text.index(upto) + len(upto)])
+    state = g.walk(ids)
+    admitted = g.admissible(state, task["max_new_tokens"] - len(ids))
+    allowed = g.allowed(state)
+    lost = (allowed & ~admitted).nonzero().flatten().tolist()
+    assert not lost, (len(lost), smol_tokenizer.convert_ids_to_tokens(lost[:8]))
+
+
 def test_a_depth_first_completion_inside_an_unanchored_pattern_is_short(smol_tokenizer):
     """Inside ``[0-9]+`` (unanchored: any text holding a digit) the closers the descent tries
     first are content and leave the allowed bytes as they were; after a run of them it tries

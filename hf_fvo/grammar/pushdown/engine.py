@@ -128,6 +128,13 @@ class PushdownTokenizer:
         """Per token id, how many bytes it spells (the order a budget's searches try tokens)."""
         return np.array([len(b or b"") for b in self.vocab.token_bytes], dtype=np.int64)
 
+    @functools.cached_property
+    def characters(self) -> np.ndarray:
+        """Per token id, how many UTF-8 characters begin in its bytes (its bytes that are not
+        continuation bytes)."""
+        return np.array([sum((c & 0xC0) != 0x80 for c in b or b"") for b in self.vocab.token_bytes],
+                        dtype=np.int64)  # fmt: skip
+
     @property
     def content_after(self) -> np.ndarray:
         """Per token id, where its bytes can stand inside one of hf_fvo's JSON string lexemes

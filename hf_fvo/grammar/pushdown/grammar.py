@@ -55,6 +55,7 @@ _LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
+_TEXT_TRIES = 64  # parses _matched may spend finding which pattern text a string needs
 _MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
@@ -478,9 +479,7 @@ class PushdownGrammar(Grammar):
         (:class:`~hf_fvo.grammar.pushdown.state.Loose`). Each parse spends one of ``work``."""
         done = self._completer
         rests = self._splices(state, room, text) if splices is None else splices
-        size = len(self._vocab.token_bytes[y])
-        order = [size, *(i for i in rests if i != size)] if size in rests else list(rests)
-        for i in order:
+        for i in self._splice_order(y, _plain(text), rests):
             if work is not None and not work.spend():
                 return None
             if done.accepts(state._matcher, state._utf8, (y, *rests[i])):
@@ -488,11 +487,71 @@ class PushdownGrammar(Grammar):
         return None
 
     def _splices(self, state: PushdownState, room: int, text: bytes) -> dict[int, tuple[int, ...]]:
-        """By i (1 ≤ i ≤ ``_SPLICE``): the witness's bytes (``text``) less their first i, in the
-        fewest tokens, where that fits in ``room``; the same for every token."""
+        """By i (1 ≤ i ≤ ``_SPLICE``, and the witness's leading plain bytes, :func:`_plain`):
+        the witness's bytes (``text``) less their first i, in the fewest tokens, where that
+        fits in ``room``; the same for every token."""
         rests = self._suffixes(state, text) if text else ()
-        return {i: rest for i in range(1, min(len(text), _SPLICE) + 1)
-                if (rest := rests[i]) is not None and len(rest) <= room}  # fmt: skip
+        cuts = [*range(1, min(len(text), _SPLICE) + 1), _plain(text)]
+        return {i: rest for i in cuts
+                if i and (rest := rests[i]) is not None and len(rest) <= room}  # fmt: skip
+
+    def _splice_order(self, y: int, plain: int, rests: dict[int, tuple[int, ...]]) -> list[int]:
+        """The splices y tries, in order: y in place of as many of the witness's first bytes
+        as it spells, then in place of its leading ``plain`` bytes (:meth:`_matched`), then
+        the others."""
+        first = [i for i in dict.fromkeys((len(self._vocab.token_bytes[y]), plain))
+                 if i in rests]  # fmt: skip
+        return [*first, *(i for i in rests if i not in first)]
+
+    def _matched(
+        self,
+        state: PushdownState,
+        room: int,
+        text: bytes,
+        cand: np.ndarray,
+        keep: np.ndarray,
+        heirs: dict[int, tuple[int, ...]],
+    ) -> None:
+        """Keep the candidates y that stand for a part of the witness (``text``): y written in
+        place of the witness's first bytes, as many as y spells or as many as y has characters
+        (a character for a character: a string of fixed length), or in place of its leading
+        plain bytes (:func:`_plain`: a lexeme's whole content, as a key's ``iversity`` stands
+        for the witness's ``aa``), each after the bytes that finish y's last character if y
+        ends inside one; else y, then one of the schema's pattern texts
+        (:meth:`_written`), then the witness past its plain bytes (inside an unanchored
+        pattern: content, then a whole match, then what closes the string). At most three
+        parses a candidate, and one a text until a text is found that works (then that one):
+        the tails' cost, never a search's."""
+        done, tok = self._completer, self._tokenizer
+        matcher, utf8 = state._matcher, state._utf8
+        rests, plain = self._suffixes(state, text), _plain(text)
+        inserted = []
+        for piece in self._written() if plain else ():
+            rest = done.fewest_tokens(piece + text[plain:])
+            if rest is not None and len(rest) <= room:
+                inserted.append(rest)
+        good, probes = None, _TEXT_TRIES
+        sizes, chars = tok.sizes[cand].tolist(), tok.characters[cand].tolist()
+        fills = [done.fill.get(u) for u in self._utf8_next[utf8, cand].tolist()]
+        for y, size, count, fill in zip(cand.tolist(), sizes, chars, fills, strict=True):
+            found = None
+            for i in dict.fromkeys((size, count, plain)) if fill is not None else ():
+                # (y may end inside a character: the fewest bytes that finish it first)
+                rest = rests[i] if 0 < i <= len(text) else None
+                if (rest is not None and len(fill) + len(rest) <= room
+                        and done.accepts(matcher, utf8, (y, *fill, *rest))):  # fmt: skip
+                    found = (*fill, *rest)
+                    break
+            if found is None and good is not None:
+                found = good if done.accepts(matcher, utf8, (y, *good)) else None
+            while found is None and good is None and probes and inserted:
+                probes -= 1
+                rest = inserted[probes % len(inserted)]
+                if done.accepts(matcher, utf8, (y, *rest)):
+                    found = good = rest
+            if found is not None:
+                keep[y] = 1
+                heirs.setdefault(y, Loose(found))
 
     def _searched(
         self, state: PushdownState, y: int, room: int, work: Work | None = None
@@ -653,6 +712,9 @@ class PushdownGrammar(Grammar):
         sizes = self._tokenizer.sizes[uncertified]
         uncertified = uncertified[np.lexsort((sizes, self._tokenizer.spaces_only[uncertified]))]
         splices = self._splices(state, room, text)
+        if text and len(uncertified):
+            self._matched(state, room, text, uncertified, keep, heirs)
+            uncertified = uncertified[keep[uncertified] == 0]
         if splices and len(uncertified):  # a parse per splice, up to _SPLICE_TRIES a call
             tries = None if work is None else Work(_SPLICE_TRIES)
             for y in uncertified.tolist():
@@ -665,15 +727,27 @@ class PushdownGrammar(Grammar):
             uncertified = uncertified[keep[uncertified] == 0]
         budget = None if work is None else Work(work)
         found_texts: list[bytes] = []  # what the searches below found, y's bytes included
+        # by what a token writes after its leading content (`",` of `:",` and `)",`): what
+        # the search from the first such token found, which the others try with one parse
+        ends: dict[bytes, tuple[int, ...]] = {}
         spelled = self._vocab.token_bytes
         for y in uncertified.tolist():  # in that order, until the work is spent
             if budget is not None and not budget.left:
                 break  # (the rest are excluded: sound, perhaps not every member)
-            found = self._continued(state, y, room, found_texts, budget)
+            plain = _plain(spelled[y])
+            end = spelled[y][plain:] if plain else b""
+            found = None
+            if (end in ends and (budget is None or budget.spend())
+                    and done.accepts(matcher, utf8, (y, *ends[end]))):  # fmt: skip
+                found = ends[end]
+            if found is None:
+                found = self._continued(state, y, room, found_texts, budget)
             if found is None:
                 found = self._searched(state, y, room, budget)
                 if found is not None:
                     found_texts.append(spelled[y] + self._text(found))
+                    if end:
+                        ends.setdefault(end, found)
             if found is not None:
                 keep[y] = 1
                 heirs.setdefault(y, found)
@@ -818,9 +892,7 @@ class PushdownGrammar(Grammar):
         witness. One parse per c: a string of exactly three characters whose witness wrote
         ``]]]`` admits ``USD`` (a fixed length leaves no room to add characters to the
         witness's, so :meth:`_inside_string` certifies none there)."""
-        plain = 0
-        while plain < len(text) and 0x20 <= text[plain] < 0x7F and text[plain] not in b'"\\':
-            plain += 1
+        plain = _plain(text)
         if not plain:
             return
         tok = self._tokenizer
@@ -1012,6 +1084,16 @@ class PushdownGrammar(Grammar):
 
     def __repr__(self) -> str:
         return f"PushdownGrammar({self._source}, vocab_size={self._vocab_size})"
+
+
+def _plain(text: bytes) -> int:
+    """How many of ``text``'s first bytes are plain printable ASCII other than a quote or a
+    backslash: a lexeme's content (a key's or a string's letters), which content a token may
+    replace."""
+    plain = 0
+    while plain < len(text) and 0x20 <= text[plain] < 0x7F and text[plain] not in b'"\\':
+        plain += 1
+    return plain
 
 
 @functools.cache
