@@ -32,9 +32,10 @@ from hf_fvo.eval.instances import in_schema_order
 from hf_fvo.models import load_default_tokenizer
 
 
-def walk_task(task: dict, tokenizer, layout: str, limit_s: float) -> dict:
+def walk_task(task: dict, tokenizer, layout: str, limit_s: float, lost: bool = False) -> dict:
     """One task's answer walked through the budgeted sets: where it was refused (or None),
-    and each step's seconds."""
+    and each step's seconds; with ``lost``, per step the tokens the rule drops that the same
+    rule without a work bound keeps (``lost``: their count; the first step that lost any)."""
     schema, data = json.loads(task["schema"]), json.loads(task["instance"])
     budget = task["max_new_tokens"]
     pretty = layout == "pretty"
@@ -44,10 +45,16 @@ def walk_task(task: dict, tokenizer, layout: str, limit_s: float) -> dict:
                       separators=None if pretty else (",", ":"))  # fmt: skip
     ids = tokenizer.encode(text)
     state, steps, refused, started = g.initial_state, [], None, time.perf_counter()
+    losses: list[int] = []
+    first_loss = None
     for t, y in enumerate([*ids, tokenizer.eos_token_id]):
         t0 = time.perf_counter()
         admitted = g.admissible(state, budget - t)
         steps.append(time.perf_counter() - t0)
+        if lost:
+            losses.append(unbounded_lost(g, state, budget - t, admitted))
+            if losses[-1] and first_loss is None:
+                first_loss = (t, text_before(tokenizer, ids, t))
         if not admitted[y]:
             if not g.allowed(state)[y]:  # the grammar itself refuses it: not a member (the
                 # shorten suite's source is longer than its maxLength, by design)
@@ -64,7 +71,19 @@ def walk_task(task: dict, tokenizer, layout: str, limit_s: float) -> dict:
             refused = {"step": t, "at": "time limit", "token": "", "kept": 0, "allowed": 0}
             break
     return {"name": task["name"], "tokens": len(ids), "budget": budget, "refused": refused,
-            "member": True, "steps": steps}  # fmt: skip
+            "member": True, "steps": steps, "lost": losses, "first_loss": first_loss}  # fmt: skip
+
+
+def unbounded_lost(g, state, remaining: int, admitted) -> int:
+    """How many tokens the budgeted set ``admitted`` lacks that the same rule keeps without a
+    bound on its work (every splice, a search for every candidate: the rule's own reference,
+    ``PushdownGrammar._within(state, room, None)``); 0 where no check applies (the parser's
+    mask is the set)."""
+    keep = g._kept(state, remaining)
+    if keep is None:
+        return 0
+    full = g._within(state, remaining - 2, None)  # (room: after a token, its completion, EOS)
+    return int(np.count_nonzero(full & (keep ^ 1)))
 
 
 def maskbench_tasks(tokenizer, slack: int, files: int | None) -> list[dict]:
@@ -97,6 +116,9 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=None, help="maskbench: the first N files")
     parser.add_argument("--layout", default="pretty", choices=["pretty", "compact"])
     parser.add_argument("--limit", type=float, default=120.0, help="seconds a task may take")
+    parser.add_argument("--lost", action="store_true",
+                        help="also count, per step, the tokens the same rule keeps without a "
+                             "bound on its work (slow: a search for every candidate)")  # fmt: skip
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     args = parser.parse_args()
     tokenizer = load_default_tokenizer()
@@ -108,19 +130,21 @@ def main() -> None:
     rows = []
     for task in tasks:
         try:
-            rows.append(walk_task(task, tokenizer, args.layout, args.limit))
+            rows.append(walk_task(task, tokenizer, args.layout, args.limit, args.lost))
         except GrammarError as exc:  # a budget below the proven shortest member: a refusal
             rows.append({"name": task["name"], "tokens": 0, "budget": task["max_new_tokens"],
-                         "member": True, "steps": [], "refused": {
+                         "member": True, "steps": [], "lost": [], "first_loss": None,
+                         "refused": {
                              "step": 0, "at": type(exc).__name__, "token": "", "kept": 0,
                              "allowed": 0}})  # fmt: skip
     steps = np.array([s for r in rows for s in r["steps"]]) * 1000
     refused = [r for r in rows if r["refused"] is not None]
     slowest = max(rows, key=lambda r: sum(r["steps"]))
     budget_note = f", budget = tokens + 1 + {args.slack}" if args.suite == "maskbench" else ""
+    lost_note = ", against the rule without a work bound" if args.lost else ""
     lines = [
         f"## Budget rule: each task's answer walked through its budgeted sets ({args.suite}, "
-        f"{args.layout}{budget_note})",
+        f"{args.layout}{budget_note}{lost_note})",
         "",
         provenance("llguidance", "transformers"),
         "",
@@ -133,6 +157,21 @@ def main() -> None:
         f"({sum(slowest['steps']):.1f}) |",
         "",
     ]
+    if args.lost:
+        losing = [r for r in rows if any(r["lost"])]
+        lines += [
+            "Tokens a step drops that the same rule without a work bound keeps (members that "
+            f"fit, lost for lack of search): {sum(sum(r['lost']) for r in rows)} tokens at "
+            f"{sum(bool(x) for r in rows for x in r['lost'])} of {len(steps)} row-steps, in "
+            f"{len(losing)} of {len(rows)} tasks.",
+            "",
+        ]
+        for r in losing:
+            t, at = r["first_loss"]
+            lines.append(f"- lost: `{r['name']}`: {sum(r['lost'])} tokens at "
+                         f"{sum(bool(x) for x in r['lost'])} steps, first at step {t} after "
+                         f"`{at!r}`")  # fmt: skip
+        lines.append("")
     for r in refused:
         f = r["refused"]
         lines.append(f"- refused: `{r['name']}` ({r['tokens']} tokens, budget {r['budget']}) "

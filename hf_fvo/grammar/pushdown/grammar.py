@@ -511,47 +511,75 @@ class PushdownGrammar(Grammar):
         cand: np.ndarray,
         keep: np.ndarray,
         heirs: dict[int, tuple[int, ...]],
+        tails: dict[int, tuple[int, ...]],
+        probed: np.ndarray,
     ) -> None:
-        """Keep the candidates y that stand for a part of the witness (``text``): y written in
-        place of the witness's first bytes, as many as y spells or as many as y has characters
-        (a character for a character: a string of fixed length), or in place of its leading
-        plain bytes (:func:`_plain`: a lexeme's whole content, as a key's ``iversity`` stands
-        for the witness's ``aa``), each after the bytes that finish y's last character if y
-        ends inside one; else y, then one of the schema's pattern texts
-        (:meth:`_written`), then the witness past its plain bytes (inside an unanchored
-        pattern: content, then a whole match, then what closes the string). At most three
-        parses a candidate, and one a text until a text is found that works (then that one):
-        the tails' cost, never a search's."""
+        """Keep the candidates y (``cand``) that the witness (``text``) still completes after
+        (:meth:`_tails`: the bytes finishing y's last character first, where y ends inside
+        one; not where the probe answered that, ``probed``) or that stand for a part of it: y
+        written in place of the witness's first bytes, as many as y spells or as many as y has
+        characters (a character for a character: a string of fixed length), or in place of
+        its leading plain bytes (:func:`_plain`: a lexeme's whole content, as a key's
+        ``iversity`` stands for the witness's ``aa``); else y, then one of the schema's
+        pattern texts (:meth:`_written`), then the witness past its plain bytes (inside an
+        unanchored pattern: content, then a whole match, then what closes the string).
+
+        What certified the previous candidate is tried first (content tokens are alike: one
+        parse each); at most six parses a candidate, and one a text until a text is found
+        that works (then that one): never a search."""
         done, tok = self._completer, self._tokenizer
-        matcher, utf8 = state._matcher, state._utf8
-        rests, plain = self._suffixes(state, text), _plain(text)
-        inserted = []
+        matcher = state._matcher
+        rests, plain = (self._suffixes(state, text), _plain(text)) if text else ([()], 0)
+        made: dict[tuple[int, int], tuple[int, ...] | None] = {}
+
+        def spliced(i: int, after: int, fill: tuple[int, ...]) -> tuple[int, ...] | None:
+            """``fill`` then the witness less its first i bytes, where that fits and leaves
+            UTF-8 whole after a token that leaves ``after`` (made once per pair)."""
+            key = (i, after)
+            if key not in made:
+                rest = rests[i] if 0 < i <= len(text) else None
+                seq = None if rest is None else Loose((*fill, *rest))
+                made[key] = (seq if seq is not None and len(seq) <= room
+                             and done.utf8_after(after, seq) == 0 else None)  # fmt: skip
+            return made[key]
+
+        inserted = []  # (a text then the witness past its plain bytes: whole characters)
         for piece in self._written() if plain else ():
             rest = done.fewest_tokens(piece + text[plain:])
-            if rest is not None and len(rest) <= room:
-                inserted.append(rest)
-        good, probes = None, _TEXT_TRIES
+            if rest is not None and len(rest) <= room and done.utf8_after(0, rest) == 0:
+                inserted.append(Loose(rest))
+        good, probes = None, _TEXT_TRIES  # the text that works, once found
+        last, last_after = None, -2  # what certified the last candidate (content is alike)
         sizes, chars = tok.sizes[cand].tolist(), tok.characters[cand].tolist()
-        fills = [done.fill.get(u) for u in self._utf8_next[utf8, cand].tolist()]
-        for y, size, count, fill in zip(cand.tolist(), sizes, chars, fills, strict=True):
+        afters = self._utf8_next[state._utf8, cand].tolist()
+        for y, size, count, after, asked in zip(cand.tolist(), sizes, chars, afters,
+                                                probed[cand].tolist(), strict=True):  # fmt: skip
+            fill = done.fill.get(after)
+            if fill is None:
+                continue  # (y breaks UTF-8)
+            # every try below leaves UTF-8 whole after y (checked once, where it is made)
+            tries = [] if last is None or after != last_after else [last]
+            if not asked and after in tails:
+                tries.append(tails[after])  # the witness still completes after y
+            for i in (size, count, plain) if text else ():
+                tries.append(spliced(i, after, fill))
+            if after == 0 and good is not None:
+                tries.append(good)
             found = None
-            for i in dict.fromkeys((size, count, plain)) if fill is not None else ():
-                # (y may end inside a character: the fewest bytes that finish it first)
-                rest = rests[i] if 0 < i <= len(text) else None
-                if (rest is not None and len(fill) + len(rest) <= room
-                        and done.accepts(matcher, utf8, (y, *fill, *rest))):  # fmt: skip
-                    found = (*fill, *rest)
+            for k, rest in enumerate(tries):
+                if (rest is not None and not any(rest is t for t in tries[:k])
+                        and done.parses(matcher, (y, *rest))):  # fmt: skip
+                    found = rest
                     break
-            if found is None and good is not None:
-                found = good if done.accepts(matcher, utf8, (y, *good)) else None
-            while found is None and good is None and probes and inserted:
+            while found is None and good is None and probes and inserted and after == 0:
                 probes -= 1
                 rest = inserted[probes % len(inserted)]
-                if done.accepts(matcher, utf8, (y, *rest)):
+                if done.parses(matcher, (y, *rest)):
                     found = good = rest
             if found is not None:
+                last, last_after = found, after
                 keep[y] = 1
-                heirs.setdefault(y, Loose(found))
+                heirs.setdefault(y, found)
 
     def _searched(
         self, state: PushdownState, y: int, room: int, work: Work | None = None
@@ -674,28 +702,29 @@ class PushdownGrammar(Grammar):
             keep |= content
             entry[2] = (content, ends, table)
             cand &= table < 0  # the other content tokens are not searched (docstring)
-        rest = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
-        pool = rest  # what no test has certified yet: the searches' candidates
-        afters = self._utf8_next[utf8, rest]
-        suffix = self._text(tails[0]) if 0 in tails and len(rest) >= _PROBE_FROM else None
+        pool = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
+        # ^ what no test has certified yet: the candidates of what follows
+        afters = self._utf8_next[utf8, pool]
+        probed = np.zeros(self._n, dtype=bool)  # where the probe said whether y then the tail fits
+        suffix = self._text(tails[0]) if 0 in tails and len(pool) >= _PROBE_FROM else None
         if (suffix is not None and len(suffix) <= _PROBE_BYTES
                 and self._probe_definition is not None):  # fmt: skip
-            neutral = self._probe(state, suffix, len(rest))
+            neutral = self._probe(state, suffix, len(pool))
             if neutral is not None:  # (else: parsed one by one below)
-                whole = afters == 0
-                hit = rest[whole & (neutral[rest] == 1)]
-                keep[hit] = 1
+                whole = pool[afters == 0]
+                keep[whole[neutral[whole] == 1]] = 1
+                probed[whole] = True
                 entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
-                rest, afters = rest[~whole], afters[~whole]  # the probe said no to the others
-        # one parse per token whose UTF-8 state after it has a tail
-        tailed = np.zeros(256, dtype=bool)  # by the UTF-8 state as a byte (−1: 255)
-        tailed[[u & 0xFF for u in tails]] = True
-        with_tail = tailed[afters.astype(np.uint8)]
-        for y, after in zip(rest[with_tail].tolist(), afters[with_tail].tolist(), strict=True):
-            tail = tails[after]
-            if done.parses(matcher, (y, *tail)):
-                keep[y] = 1  # the witness still completes after y
-                heirs.setdefault(y, tail)
+        text = self._text(witness)
+        uncertified = pool[keep[pool] == 0]
+        # whitespace last (a layout admits many spellings of it at each place, all optional:
+        # they rarely shorten a completion), then the fewest bytes first (a bracket, a quote,
+        # a key's first letters: what structure a token starts, before what it writes)
+        sizes = self._tokenizer.sizes[uncertified]
+        uncertified = uncertified[np.lexsort((sizes, self._tokenizer.spaces_only[uncertified]))]
+        if len(uncertified):  # the tail, the splices that match y to the witness: a few parses
+            self._matched(state, room, text, uncertified, keep, heirs, tails, probed)
+            uncertified = uncertified[keep[uncertified] == 0]
         parent = None if state._hints is None else state._hints.get(room + 1)
         for y, found in () if parent is None else parent[1].items():
             # what the parent's check one token earlier found for the same token (e.g. where
@@ -704,17 +733,8 @@ class PushdownGrammar(Grammar):
                     and done.accepts(matcher, utf8, (y, *found))):  # fmt: skip
                 keep[y] = 1
                 heirs.setdefault(y, tuple(found))  # inherited, like a tail
-        text = self._text(witness)
-        uncertified = pool[keep[pool] == 0]
-        # whitespace last (a layout admits many spellings of it at each place, all optional:
-        # they rarely shorten a completion), then the fewest bytes first (a bracket, a quote,
-        # a key's first letters: what structure a token starts, before what it writes)
-        sizes = self._tokenizer.sizes[uncertified]
-        uncertified = uncertified[np.lexsort((sizes, self._tokenizer.spaces_only[uncertified]))]
+        uncertified = uncertified[keep[uncertified] == 0]
         splices = self._splices(state, room, text)
-        if text and len(uncertified):
-            self._matched(state, room, text, uncertified, keep, heirs)
-            uncertified = uncertified[keep[uncertified] == 0]
         if splices and len(uncertified):  # a parse per splice, up to _SPLICE_TRIES a call
             tries = None if work is None else Work(_SPLICE_TRIES)
             for y in uncertified.tolist():
