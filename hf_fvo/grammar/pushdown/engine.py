@@ -223,6 +223,10 @@ class PushdownTokenizer:
             self._asked.pop(suffix)
         return self._probes.get_or_build(suffix, lambda: self._probe(suffix))
 
+    def kept_suffixes(self) -> list[bytes]:
+        """The suffixes whose probe vocabularies are kept, the most recently used first."""
+        return self._probes.keys()[::-1]
+
     def _probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:
         import llguidance
 

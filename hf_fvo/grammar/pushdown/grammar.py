@@ -53,6 +53,7 @@ _CHILD_NODES = 400  # parser states each of those searches may visit per depth-f
 _LAZY_ROOM = 0  # room beyond a state's witness from which its budget rule is lazy
 _LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one not worth a search
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
+_KEPT_PROBES = 2  # other suffixes' kept probe vocabularies a check may ask (a mask each)
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
 _TEXT_TRIES = 64  # parses _matched may spend finding which pattern text a string needs
@@ -550,15 +551,22 @@ class PushdownGrammar(Grammar):
                 inserted.append(Loose(rest))
         good, probes = None, _TEXT_TRIES  # the text that works, once found
         last, last_after = None, -2  # what certified the last candidate (content is alike)
+        then: list[int] = []  # last, then EOS: what a parse after y asks first
         sizes, chars = tok.sizes[cand].tolist(), tok.characters[cand].tolist()
         afters = self._utf8_next[state._utf8, cand].tolist()
         for y, size, count, after, asked in zip(cand.tolist(), sizes, chars, afters,
                                                 probed[cand].tolist(), strict=True):  # fmt: skip
+            if after == last_after:  # the fast way: one parse, as alike content needs
+                seq = [y, *then]
+                if matcher.validate_tokens(seq) == len(seq):
+                    keep[y] = 1
+                    heirs.setdefault(y, last)
+                    continue
             fill = done.fill.get(after)
             if fill is None:
                 continue  # (y breaks UTF-8)
             # every try below leaves UTF-8 whole after y (checked once, where it is made)
-            tries = [] if last is None or after != last_after else [last]
+            tries = []
             if not asked and after in tails:
                 tries.append(tails[after])  # the witness still completes after y
             for i in (size, count, plain) if text else ():
@@ -568,6 +576,7 @@ class PushdownGrammar(Grammar):
             found = None
             for k, rest in enumerate(tries):
                 if (rest is not None and not any(rest is t for t in tries[:k])
+                        and (rest is not last or after != last_after)  # (asked above)
                         and done.parses(matcher, (y, *rest))):  # fmt: skip
                     found = rest
                     break
@@ -577,7 +586,8 @@ class PushdownGrammar(Grammar):
                 if done.parses(matcher, (y, *rest)):
                     found = good = rest
             if found is not None:
-                last, last_after = found, after
+                if found is not last:
+                    last, last_after, then = found, after, [*found, self._eos[0]]
                 keep[y] = 1
                 heirs.setdefault(y, found)
 
@@ -715,6 +725,9 @@ class PushdownGrammar(Grammar):
                 keep[whole[neutral[whole] == 1]] = 1
                 probed[whole] = True
                 entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
+        if (len(pool) >= _PROBE_FROM and not probed.any()
+                and self._probe_definition is not None):  # fmt: skip
+            self._kept_probes(state, room, pool[afters == 0], keep, heirs, suffix)
         text = self._text(witness)
         uncertified = pool[keep[pool] == 0]
         # whitespace last (a layout admits many spellings of it at each place, all optional:
@@ -850,6 +863,38 @@ class PushdownGrammar(Grammar):
             bits = np.unpackbits(words.view(np.uint8), count=width, bitorder="little")
             neutral[ids] = bits[self._n :]
         return neutral
+
+    def _kept_probes(
+        self,
+        state: PushdownState,
+        room: int,
+        cand: np.ndarray,
+        keep: np.ndarray,
+        heirs: dict[int, tuple[int, ...]],
+        own: bytes | None,
+    ) -> None:
+        """Keep the candidates (``cand``: tokens that end on a character boundary) that another
+        text completes after: each suffix whose probe vocabulary is kept (built for an earlier
+        state, perhaps of another request), the most recent first, one mask each, where its
+        spelling fits in ``room``. Inside a string the witness shifts as the text follows it
+        (``1111-…`` then ``111-…``), so the state's own suffix is often not kept where the
+        last state's is, and that one completes after the same content as well."""
+        done = self._completer
+        for suffix in self._tokenizer.kept_suffixes()[:_KEPT_PROBES]:
+            left = cand[keep[cand] == 0]
+            if len(left) < _PROBE_FROM:
+                return
+            if suffix == own or len(suffix) > _PROBE_BYTES:
+                continue
+            spelled = done.fewest_tokens(suffix)
+            if spelled is None or len(spelled) > room or done.utf8_after(0, spelled) != 0:
+                continue
+            neutral = self._probe(state, suffix, 0)  # (kept: no build)
+            if neutral is None:
+                continue
+            for y in left[neutral[left] == 1].tolist():
+                keep[y] = 1
+                heirs.setdefault(y, spelled)
 
     def _inside_string(
         self, state: PushdownState, witness: tuple[int, ...], counts: list[int]
