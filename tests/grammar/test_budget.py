@@ -323,8 +323,8 @@ def test_a_long_witness_inside_a_string_is_probed_in_parts(smol_tokenizer):
 def test_a_probe_vocabulary_is_built_once_parsing_would_cost_as_much_and_sets_do_not_change(
     smol_tokenizer,
 ):
-    """A probe vocabulary (~0.3 s to build) is built for a suffix only once its candidates,
-    asked over calls, reach the build's cost in parses (ski rental); before, the budget rule
+    """A probe vocabulary (~0.3 s to build) is built for a suffix only once its candidates'
+    parses, asked over calls, reach the build's cost (ski rental); before, the budget rule
     parses them one by one. Both ways give the same admissible set, bit for bit (a
     patternProperties key on a development schema, ~15,000 candidates, as in the vLLM replay)."""
     from hf_fvo.grammar.pushdown import engine
@@ -340,10 +340,12 @@ def test_a_probe_vocabulary_is_built_once_parsing_would_cost_as_much_and_sets_do
     tk._probes.pop(suffix)
     tk._asked.pop(suffix)
     parsed = g._within(s, room).copy()  # the candidates parsed: asked once, below the rent
-    assert suffix not in tk._probes and tk._asked.get(suffix) > 10_000
-    rent = engine._PROBE_RENT * len(g.vocabulary)
-    assert tk.probe(suffix, rent - tk._asked.get(suffix) - 1) is None  # one parse short
-    assert tk.probe(suffix, 1) is not None and suffix in tk._probes  # now built, and kept
+    tail = len(g.completion(s))
+    each = engine._PARSE_US[0] + engine._PARSE_US[1] * tail  # µs a parse of a candidate
+    assert suffix not in tk._probes and tk._asked.get(suffix) > 10_000 * each
+    short = int((tk.build_cost(suffix) - tk._asked.get(suffix)) // each)  # parses still short
+    assert tk.probe(suffix, short - 1, tail) is None
+    assert tk.probe(suffix, 2, tail) is not None and suffix in tk._probes  # now built, and kept
     fresh = g.walk(prefix)
     assert fresh is not s
     probed = g._within(fresh, room)
@@ -794,8 +796,9 @@ def test_a_task_s_own_answer_is_admitted_whole_at_the_task_s_budget(smol_tokeniz
 ])  # fmt: skip
 def test_a_budget_that_does_not_bind_admits_the_parser_s_whole_mask(smol_tokenizer, name, upto):
     """Along the task's answer (up to the end of ``upto``), at the task's own budget (about
-    twice the answer), every token the parser admits at these places has a completion of a few dozen tokens, so the budgeted set is the parser's
-    mask, token for token. The rule dropped 1,314 tokens at the first (its splices stopped
+    twice the answer), every token the parser admits at these places has a completion of a
+    few dozen tokens, so the budgeted set is the parser's mask, token for token. The rule
+    dropped 1,314 tokens at the first (its splices stopped
     after 1,024 parses; the searches' work ran out on the rest) and ~27,000 at the second:
     each candidate now tries the splices that match it to the witness (as many characters as
     it has; the witness's whole leading content) before any search."""

@@ -56,11 +56,14 @@ _PROBE_TRIE = 4_000_000
 # probe vocabularies kept, one per suffix (20–190 MB each, by the suffix's length): 8 particles
 # rarely need more; a server with many concurrent rows sets HF_FVO_PROBE_SUFFIXES higher
 _PROBE_SUFFIXES = 8
-# a probe vocabulary costs about as much to build as this many parses per vocabulary token
-# (0.25–0.39 s for SmolLM2's 49,152 tokens and suffixes of 11–31 bytes, against ~1.25 µs a
-# parse of a candidate: 4–6; measured 2026-11-28)
-_PROBE_RENT = 5
-_PROBE_ASKED = 4096  # suffixes whose parses so far are counted toward a build
+# what a probe vocabulary costs to build, in µs per vocabulary token, by the suffix's bytes,
+# and a candidate's parse, in µs, by its tail's tokens (SmolLM2's 49,152 tokens, measured
+# 2026-11-29: a build 0.24 s at 2 bytes, 0.62 s at 40, 1.07 s at 80, 1.92 s at 150; a parse
+# ~1.3 µs with a tail of 1 token, 6.8 µs with 7, 14.7 µs with 52): a long suffix costs more
+# to build, but its tail's parses more still
+_BUILD_US = (4.1, 0.23)  # + per byte
+_PARSE_US = (2.0, 0.25)  # + per token
+_PROBE_ASKED = 4096  # suffixes whose parses so far (µs) are counted toward a build
 
 
 def limits() -> Any:
@@ -193,7 +196,7 @@ class PushdownTokenizer:
         return ok, nxt, words, Completer(self.vocab, nxt, words)
 
     def probe(
-        self, suffix: bytes, asked: int | None = None
+        self, suffix: bytes, asked: int | None = None, tail: int = 1
     ) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...] | None:
         """Parts of a probe vocabulary: per part an ``LLTokenizer`` over the vocabulary plus one
         id per token of the part (``n + j`` spells token ``ids[j]``'s bytes followed by
@@ -206,22 +209,26 @@ class PushdownTokenizer:
         (``HF_FVO_PROBE_SUFFIXES``; particles, or a server's rows, in different states probe
         with different suffixes each step).
 
-        ``asked``: how many candidates the caller would otherwise parse one by one. A
-        vocabulary not kept is then built only once the candidates asked with its suffix reach
-        what building costs (``_PROBE_RENT`` parses a vocabulary token), and ``None`` is
-        returned until then: ski rental, so a suffix asked once (a server's rows mostly
-        differ) costs its parses, never a build, and no suffix costs more than about twice
-        the cheaper of the two."""
+        ``asked``: how many candidates the caller would otherwise parse one by one, each with
+        ``tail`` tokens after it. A vocabulary not kept is then built only once the parses
+        asked with its suffix cost what building it costs (:data:`_PARSE_US` each against
+        :data:`_BUILD_US` a vocabulary token), and ``None`` is returned until then: ski
+        rental, so a suffix asked once (a server's rows mostly differ) costs its parses, never
+        a build, and no suffix costs more than about twice the cheaper of the two."""
         if asked is not None:
             parts = self._probes.get(suffix)
             if parts is not None:
                 return parts
-            total = self._asked.get(suffix, 0) + asked
-            if total < _PROBE_RENT * len(self.vocab):
+            total = self._asked.get(suffix, 0) + asked * (_PARSE_US[0] + _PARSE_US[1] * tail)
+            if total < self.build_cost(suffix):
                 self._asked.put(suffix, total)
                 return None
             self._asked.pop(suffix)
         return self._probes.get_or_build(suffix, lambda: self._probe(suffix))
+
+    def build_cost(self, suffix: bytes) -> float:
+        """What building ``suffix``'s probe vocabulary costs, in µs (:data:`_BUILD_US`)."""
+        return len(self.vocab) * (_BUILD_US[0] + _BUILD_US[1] * len(suffix))
 
     def kept_suffixes(self) -> list[bytes]:
         """The suffixes whose probe vocabularies are kept, the most recently used first."""

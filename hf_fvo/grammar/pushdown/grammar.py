@@ -719,7 +719,7 @@ class PushdownGrammar(Grammar):
         suffix = self._text(tails[0]) if 0 in tails and len(pool) >= _PROBE_FROM else None
         if (suffix is not None and len(suffix) <= _PROBE_BYTES
                 and self._probe_definition is not None):  # fmt: skip
-            neutral = self._probe(state, suffix, len(pool))
+            neutral = self._probe(state, suffix, len(pool), len(tails[0]))
             if neutral is not None:  # (else: parsed one by one below)
                 whole = pool[afters == 0]
                 keep[whole[neutral[whole] == 1]] = 1
@@ -832,7 +832,7 @@ class PushdownGrammar(Grammar):
                     heirs.setdefault(y, rest)
 
     def _probe(
-        self, state: PushdownState, suffix: bytes, asked: int | None = None
+        self, state: PushdownState, suffix: bytes, asked: int | None = None, tail: int = 1
     ) -> np.ndarray | None:
         """For every token y at once: whether y then ``suffix`` completes a member from
         ``state`` (one mask per part of the probe vocabulary, its parser replayed to
@@ -840,7 +840,7 @@ class PushdownGrammar(Grammar):
         cheaper to parse one by one (:meth:`PushdownTokenizer.probe`)."""
         import llguidance
 
-        parts = self._tokenizer.probe(suffix, asked)
+        parts = self._tokenizer.probe(suffix, asked, tail)
         if parts is None:
             return None
         neutral = np.zeros(self._n, dtype=np.uint8)
