@@ -640,13 +640,44 @@ def test_own_lexemes_keep_listed_names_constants_and_patterns_canonical(smol_tok
                         '{"c":"x"}': True, '{"c":"\\u0078"}': False, '{"p":"q"}': True,
                         '{"p":"\\u0071"}': False, '{"a":"s","b":1.0}': True}.items():  # fmt: skip
         assert accepts(g, smol_tokenizer, text) == valid, text
-    patterned = {"type": "object", "patternProperties": {"^x": {"type": "integer"}}}
-    fallback = Grammar.from_json_schema(patterned, smol_tokenizer, whitespace="")
+    counted = {
+        "type": "object",
+        "patternProperties": {"^x": {"type": "integer"}},
+        "minProperties": 1,
+    }  # (a count of properties is not lowered)
+    fallback = Grammar.from_json_schema(counted, smol_tokenizer, whitespace="")
     assert "start: %json" in fallback._definition  # not lowered: llguidance's JSON mode
     assert any(n.startswith("written as llguidance's JSON mode") for n in fallback.notes)
     assert not g.notes
     assert accepts(fallback, smol_tokenizer, '{"x1":1}')
     assert not accepts(fallback, smol_tokenizer, '{"x1":1.0}')  # its canonical integers
+
+
+def test_pattern_properties_are_lowered_where_one_schema_covers_every_other_key(smol_tokenizer):
+    """``patternProperties`` with no other extra key (strict objects say so) is written with
+    hf_fvo's lexemes: a key through the pattern's ``%json`` leaf (found anywhere, as the JSON
+    mode reads it), its value with every JSON spelling (``2.0``, ``\\u0061``), so a string
+    value gets the free-string certificate of the budget rule. Where a listed name matches a
+    pattern (it needs both schemas), the patterns' schemas differ, or other keys are
+    admitted, the JSON mode decides as before."""
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "string"}},
+        "patternProperties": {"^x-": {"type": "integer"}, "[0-9]$": {"type": "integer"}},
+    }
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    assert "start: %json" not in g._definition and g._marked is not None
+    for text, valid in {'{"id":"a","x-a":2}': True, '{"x-a":2.0,"b1":3}': True, '{}': True,
+                        '{"id":"\\u0061"}': True, '{"x-a":"s"}': False, '{"y":1}': False,
+                        '{"x-a":1,"id":"a"}': False,  # (listed names first: the JSON mode's order)
+                        '{"X-a":1}': False}.items():  # fmt: skip
+        assert accepts(g, smol_tokenizer, text) == valid, text
+    two = {"^x-": {"type": "integer"}, "^y-": {"type": "string"}}  # two schemas
+    for other in ({**schema, "properties": {"x-id": {"type": "string"}}},  # a name that matches
+                  {**schema, "patternProperties": two},
+                  {**schema, "additionalProperties": {"type": "boolean"}}):  # fmt: skip
+        fallback = Grammar.from_json_schema(other, smol_tokenizer, whitespace="")
+        assert "start: %json" in fallback._definition, other
 
 
 def test_own_grammar_merges_object_parts_and_places_unlisted_required_names(smol_tokenizer):

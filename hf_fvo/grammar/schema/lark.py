@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -73,7 +74,7 @@ _BY_KIND = {
     "integer": _NUMERIC,
     "number": _NUMERIC,
     "array": ("items", "prefixItems", "minItems", "maxItems"),
-    "object": ("properties", "required", "additionalProperties"),
+    "object": ("properties", "required", "additionalProperties", "patternProperties"),
     "null": (),
     "boolean": (),
 }
@@ -354,6 +355,7 @@ class _Lark:
             raise _NotLowered  # an empty language: the JSON mode names it
         if len(props) > MAX_MEMBERS:
             raise _NotLowered
+        patterned = self.patterned(node.get("patternProperties") or {}, props, extra)
         members = []
         for name, sub in props.items():
             if sub is False:
@@ -369,6 +371,8 @@ class _Lark:
                 key = self.terminal(f"KEY_EXTRA{len(self.terminals)}",
                                     f'"{CHAR_REGEX}*"/ & ~/{spelled}')  # fmt: skip
             other = _seq(key, ws, '":"', ws, self.value(extra))
+        elif patterned is not None:
+            other = patterned
         # first: members i.. with none written yet; later: with some written already
         first = "" if other is None else _seq(other, f"({_seq(sep, other)})*")
         later = "" if other is None else f"({_seq(sep, other)})*"
@@ -384,6 +388,42 @@ class _Lark:
         if required:
             return self.rule(_seq('"{"', ws, first, ws, '"}"'))
         return self.rule(_seq('"{"', ws, f"({_seq(first, ws)})?", '"}"'))
+
+    def patterned(self, patterns: dict[str, Any], props: dict[str, Any], extra: Any) -> str | None:
+        """The members whose keys match ``patterns`` (``patternProperties``): a key a
+        ``%json`` leaf spells (the pattern, found anywhere in the key, as llguidance's JSON
+        mode reads it), then its value. Lowered where that is the whole rule: no other key
+        (``additionalProperties: false``, as strict objects have), every pattern's schema the
+        same (a key matching two needs both), and no listed name matching a pattern (its value
+        would need both schemas; names are tested with Python's ``re`` with and without
+        ``re.ASCII``, and a pattern Python cannot read is taken to match). ``None``: no
+        pattern admits a key."""
+        if not patterns:
+            return None
+        if extra is not False:
+            raise _NotLowered  # the other keys: a string matching none of the patterns
+        schemas = {json.dumps(v, sort_keys=True) for v in patterns.values()}
+        if len(schemas) > 1 or any(_may_match(p, n) for p in patterns for n in props):
+            raise _NotLowered
+        value = next(iter(patterns.values()))
+        if value is False:
+            return None  # a key that matches admits no value: no such member
+        keys = [self.leaf({"type": "string", "pattern": p}) for p in patterns]
+        key = keys[0] if len(keys) == 1 else "(" + " | ".join(keys) + ")"
+        return _seq(key, self.ws, '":"', self.ws, self.value(value))
+
+
+def _may_match(pattern: str, name: str) -> bool:
+    """Whether ``pattern`` may match somewhere in ``name`` (JSON Schema's reading): Python's
+    ``re`` finds it with or without ``re.ASCII`` (ECMA-262's ``\\d`` and ``\\w`` are ASCII),
+    or cannot read the pattern."""
+    for flags in (0, re.ASCII):
+        try:
+            if re.search(pattern, name, flags):
+                return True
+        except (re.error, TypeError, ValueError, OverflowError, RecursionError):
+            return True
+    return False
 
 
 def array_body(
