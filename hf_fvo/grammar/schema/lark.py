@@ -22,13 +22,17 @@ lexemes:
   llguidance's canonical text (the last three through an inlined ``%json`` leaf, which holds no
   key), so that finite languages keep few members;
 - an extra key never spells a listed name (in any spelling): its lexeme is the free string minus
-  every spelling of the listed names.
+  every spelling of the listed names;
+- a key of ``patternProperties`` is the pattern's ``%json`` leaf, where those keys are the only
+  unlisted ones (``additionalProperties: false``), one schema serves every pattern and no
+  listed name matches one (:meth:`_Lark.patterned`).
 
 An ``allOf`` of objects is merged here (:mod:`.order`'s merge: the names in the order the parts
 list them, each with the ``allOf`` of what every part says of it; required names a part does not
-list after the declared ones). Anything else (``patternProperties``, ``propertyNames``, property
-counts, an ``allOf`` member that says more than keys and types, a custom whitespace pattern, …)
-returns ``None``: the schema is compiled by llguidance's JSON mode, with its canonical text.
+list after the declared ones). Anything else (other ``patternProperties``, ``propertyNames``,
+property counts, an ``allOf`` member that says more than keys and types, a custom whitespace
+pattern, …) returns ``None``: the schema is compiled by llguidance's JSON mode, with its
+canonical text.
 
 Example:
     >>> from hf_fvo.grammar.schema.lark import schema_lark
