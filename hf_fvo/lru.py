@@ -86,11 +86,6 @@ class LRU(Generic[K, V]):
         with self._lock:
             self._items.clear()
 
-    def keys(self) -> list[K]:
-        """The keys, least recently used first (a copy)."""
-        with self._lock:
-            return list(self._items)
-
     def values(self) -> list[V]:
         """The entries, least recently used first (a copy)."""
         with self._lock:

@@ -230,10 +230,6 @@ class PushdownTokenizer:
         """What building ``suffix``'s probe vocabulary costs, in µs (:data:`_BUILD_US`)."""
         return len(self.vocab) * (_BUILD_US[0] + _BUILD_US[1] * len(suffix))
 
-    def kept_suffixes(self) -> list[bytes]:
-        """The suffixes whose probe vocabularies are kept, the most recently used first."""
-        return self._probes.keys()[::-1]
-
     def _probe(self, suffix: bytes) -> tuple[tuple[Any, np.ndarray, dict[str, Any]], ...]:
         import llguidance
 

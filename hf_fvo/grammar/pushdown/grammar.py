@@ -53,10 +53,11 @@ _CHILD_NODES = 400  # parser states each of those searches may visit per depth-f
 _LAZY_ROOM = 0  # room beyond a state's witness from which its budget rule is lazy
 _LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one not worth a search
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
-_KEPT_PROBES = 2  # other suffixes' kept probe vocabularies a check may ask (a mask each)
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
 _TEXT_TRIES = 64  # parses _matched may spend finding which pattern text a string needs
+_MATCH_CREDIT = 4096  # parses _matched's splices may spend before their successes pay for more
+_MATCH_EARN = 3  # parses each success earns them (they go on while one try in three succeeds)
 _MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
@@ -526,8 +527,11 @@ class PushdownGrammar(Grammar):
         unanchored pattern: content, then a whole match, then what closes the string).
 
         What certified the previous candidate is tried first (content tokens are alike: one
-        parse each); at most six parses a candidate, and one a text until a text is found
-        that works (then that one): never a search."""
+        parse each), then the tail (one parse each, as every check takes); the splices and
+        the texts (one a text until one is found that works, then that one) draw on a credit
+        of ``_MATCH_CREDIT`` parses that each success renews by ``_MATCH_EARN``, so where
+        they keep failing (nothing fits a small room) they stop after a few thousand: never a
+        search."""
         done, tok = self._completer, self._tokenizer
         matcher = state._matcher
         rests, plain = (self._suffixes(state, text), _plain(text)) if text else ([()], 0)
@@ -550,6 +554,7 @@ class PushdownGrammar(Grammar):
             if rest is not None and len(rest) <= room and done.utf8_after(0, rest) == 0:
                 inserted.append(Loose(rest))
         good, probes = None, _TEXT_TRIES  # the text that works, once found
+        credit = _MATCH_CREDIT  # parses the splices and texts may spend (successes renew it)
         last, last_after = None, -2  # what certified the last candidate (content is alike)
         then: list[int] = []  # last, then EOS: what a parse after y asks first
         sizes, chars = tok.sizes[cand].tolist(), tok.characters[cand].tolist()
@@ -566,22 +571,27 @@ class PushdownGrammar(Grammar):
             if fill is None:
                 continue  # (y breaks UTF-8)
             # every try below leaves UTF-8 whole after y (checked once, where it is made)
-            tries = []
-            if not asked and after in tails:
-                tries.append(tails[after])  # the witness still completes after y
-            for i in (size, count, plain) if text else ():
-                tries.append(spliced(i, after, fill))
-            if after == 0 and good is not None:
+            found, tail = None, None if asked else tails.get(after)
+            if (tail is not None and (tail is not last or after != last_after)
+                    and done.parses(matcher, (y, *tail))):  # fmt: skip
+                found = tail  # the witness still completes after y
+            tries = [spliced(i, after, fill) for i in (size, count, plain)] if credit > 0 else []
+            if tries and after == 0 and good is not None:
                 tries.append(good)
-            found = None
-            for k, rest in enumerate(tries):
-                if (rest is not None and not any(rest is t for t in tries[:k])
-                        and (rest is not last or after != last_after)  # (asked above)
-                        and done.parses(matcher, (y, *rest))):  # fmt: skip
-                    found = rest
+            for k, rest in enumerate(tries if found is None else ()):
+                if (rest is None or any(rest is t for t in tries[:k])
+                        or (rest is last and after == last_after)):  # fmt: skip
+                    continue  # (asked already)
+                if credit <= 0:
+                    break
+                credit -= 1
+                if done.parses(matcher, (y, *rest)):
+                    found, credit = rest, credit + _MATCH_EARN
                     break
             while found is None and good is None and probes and inserted and after == 0:
-                probes -= 1
+                if credit <= 0:
+                    break
+                probes, credit = probes - 1, credit - 1
                 rest = inserted[probes % len(inserted)]
                 if done.parses(matcher, (y, *rest)):
                     found = good = rest
@@ -725,9 +735,6 @@ class PushdownGrammar(Grammar):
                 keep[whole[neutral[whole] == 1]] = 1
                 probed[whole] = True
                 entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
-        if (len(pool) >= _PROBE_FROM and not probed.any()
-                and self._probe_definition is not None):  # fmt: skip
-            self._kept_probes(state, room, pool[afters == 0], keep, heirs, suffix)
         text = self._text(witness)
         uncertified = pool[keep[pool] == 0]
         # whitespace last (a layout admits many spellings of it at each place, all optional:
@@ -863,38 +870,6 @@ class PushdownGrammar(Grammar):
             bits = np.unpackbits(words.view(np.uint8), count=width, bitorder="little")
             neutral[ids] = bits[self._n :]
         return neutral
-
-    def _kept_probes(
-        self,
-        state: PushdownState,
-        room: int,
-        cand: np.ndarray,
-        keep: np.ndarray,
-        heirs: dict[int, tuple[int, ...]],
-        own: bytes | None,
-    ) -> None:
-        """Keep the candidates (``cand``: tokens that end on a character boundary) that another
-        text completes after: each suffix whose probe vocabulary is kept (built for an earlier
-        state, perhaps of another request), the most recent first, one mask each, where its
-        spelling fits in ``room``. Inside a string the witness shifts as the text follows it
-        (``1111-…`` then ``111-…``), so the state's own suffix is often not kept where the
-        last state's is, and that one completes after the same content as well."""
-        done = self._completer
-        for suffix in self._tokenizer.kept_suffixes()[:_KEPT_PROBES]:
-            left = cand[keep[cand] == 0]
-            if len(left) < _PROBE_FROM:
-                return
-            if suffix == own or len(suffix) > _PROBE_BYTES:
-                continue
-            spelled = done.fewest_tokens(suffix)
-            if spelled is None or len(spelled) > room or done.utf8_after(0, spelled) != 0:
-                continue
-            neutral = self._probe(state, suffix, 0)  # (kept: no build)
-            if neutral is None:
-                continue
-            for y in left[neutral[left] == 1].tolist():
-                keep[y] = 1
-                heirs.setdefault(y, spelled)
 
     def _inside_string(
         self, state: PushdownState, witness: tuple[int, ...], counts: list[int]
