@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -507,12 +507,9 @@ class PushdownGrammar(Grammar):
 
     def _matched(
         self,
-        state: PushdownState,
-        room: int,
+        check: _Check,
         text: bytes,
         cand: np.ndarray,
-        keep: np.ndarray,
-        heirs: dict[int, tuple[int, ...]],
         tails: dict[int, tuple[int, ...]],
         probed: np.ndarray,
     ) -> None:
@@ -532,6 +529,7 @@ class PushdownGrammar(Grammar):
         of ``_MATCH_CREDIT`` parses that each success renews by ``_MATCH_EARN``, so where
         they keep failing (nothing fits a small room) they stop after a few thousand: never a
         search."""
+        state, room, keep, heirs = check
         done, tok = self._completer, self._tokenizer
         matcher = state._matcher
         rests, plain = (self._suffixes(state, text), _plain(text)) if text else ([()], 0)
@@ -684,6 +682,7 @@ class PushdownGrammar(Grammar):
         keep = np.zeros(self._n, dtype=np.uint8)
         entry = self._room(state, room)
         heirs = entry[1]
+        check = _Check(state, room, keep, heirs)
         witness = self._witness_at(state, room)
         if witness is not None and len(witness) > room + 1 and not isinstance(witness, Found):
             # inherited from a check for a larger room (evicted from the shared initial
@@ -693,13 +692,13 @@ class PushdownGrammar(Grammar):
         matcher, utf8 = state._matcher, state._utf8
         bits = self._bits(state)
         if witness:
-            self._witness_prefixes(state, witness, room, keep, heirs)
+            self._witness_prefixes(check, witness)
         tails = self._tails(witness, room)
         cand = bits & (keep ^ 1)  # admissible and not kept yet (0/1 per id)
         inside = None
         if witness and utf8 == 0 and self._counted:
             # content tokens written in place of the witness's first characters
-            self._replaced(state, room, self._text(witness), cand, keep, heirs)
+            self._replaced(check, self._text(witness), cand)
             cand &= keep ^ 1
         if (witness and utf8 == 0 and self._marked is not None
                 and np.count_nonzero(cand) >= _CERTIFY_FROM):  # fmt: skip
@@ -743,8 +742,7 @@ class PushdownGrammar(Grammar):
         sizes = self._tokenizer.sizes[uncertified]
         uncertified = uncertified[np.lexsort((sizes, self._tokenizer.spaces_only[uncertified]))]
         if len(uncertified):  # the tail, the splices that match y to the witness: a few parses
-            self._matched(state, room, text, uncertified, keep, heirs, tails, probed)
-            uncertified = uncertified[keep[uncertified] == 0]
+            self._matched(check, text, uncertified, tails, probed)
         parent = None if state._hints is None else state._hints.get(room + 1)
         for y, found in () if parent is None else parent[1].items():
             # what the parent's check one token earlier found for the same token (e.g. where
@@ -814,16 +812,10 @@ class PushdownGrammar(Grammar):
                 return Loose(rest)
         return None
 
-    def _witness_prefixes(
-        self,
-        state: PushdownState,
-        witness: tuple[int, ...],
-        room: int,
-        keep: np.ndarray,
-        heirs: dict[int, tuple[int, ...]],
-    ) -> None:
+    def _witness_prefixes(self, check: _Check, witness: tuple[int, ...]) -> None:
         """Keep the tokens that spell a beginning of the witness's bytes when the rest, in the
         fewest tokens, fits."""
+        state, room, keep, heirs = check
         done = self._completer
         if len(witness) - 1 <= room:
             keep[witness[0]] = 1
@@ -914,15 +906,7 @@ class PushdownGrammar(Grammar):
                     fits[c] = completes(int(c))
         return fits
 
-    def _replaced(
-        self,
-        state: PushdownState,
-        room: int,
-        text: bytes,
-        cand: np.ndarray,
-        keep: np.ndarray,
-        heirs: dict[int, tuple[int, ...]],
-    ) -> None:
+    def _replaced(self, check: _Check, text: bytes, cand: np.ndarray) -> None:
         """Keep the content tokens that, written in place of the witness's first characters,
         leave the rest of the witness a completion: where the witness (``text``) begins with
         c plain characters inside a counted string lexeme (``STRING_m_M``), c markers then its
@@ -932,6 +916,7 @@ class PushdownGrammar(Grammar):
         witness. One parse per c: a string of exactly three characters whose witness wrote
         ``]]]`` admits ``USD`` (a fixed length leaves no room to add characters to the
         witness's, so :meth:`_inside_string` certifies none there)."""
+        state, room, keep, heirs = check
         plain = _plain(text)
         if not plain:
             return
@@ -1124,6 +1109,17 @@ class PushdownGrammar(Grammar):
 
     def __repr__(self) -> str:
         return f"PushdownGrammar({self._source}, vocab_size={self._vocab_size})"
+
+
+class _Check(NamedTuple):
+    """One budget check in progress (:meth:`PushdownGrammar._within`): the state, the room
+    after a token, what it keeps so far (0/1 per id) and the children's witnesses it found, by
+    token; each certificate adds to the last two."""
+
+    state: PushdownState
+    room: int
+    keep: np.ndarray
+    heirs: dict[int, tuple[int, ...]]
 
 
 def _plain(text: bytes) -> int:
