@@ -49,6 +49,7 @@ from hf_fvo.grammar.pushdown import (
     regex_definition,
     regex_problem,
 )
+from hf_fvo.grammar.schema.closer import JsonCursor
 from hf_fvo.grammar.schema.closing import closing_bound
 from hf_fvo.grammar.schema.instance import pattern_texts, shortest_member
 from hf_fvo.grammar.schema.lark import PRETTY_WHITESPACE
@@ -255,6 +256,7 @@ class GrammarCompiler:
             notes += [f"{c}: left to the final check" for c in prepared.checked]
         member = functools.partial(shortest_member, body)  # built when a budget asks
         texts = functools.partial(pattern_texts, body)  # (likewise: for the searches)
+        closer = functools.partial(JsonCursor.start, body)  # (likewise: the budget's certificates)
         lower = None  # fewest tokens of every member: proven, asked when a refusal needs it
         if key_order == "schema":  # (any key order is no superset of the schema's order)
             lower = functools.partial(self._schema_lower, body, whitespace,
@@ -266,14 +268,15 @@ class GrammarCompiler:
             try:
                 return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
                                       finite, closing, check, prepared.checked,
-                                      int(shortest), member, lower, texts)  # fmt: skip
+                                      int(shortest), member, lower, texts,
+                                      closer)  # fmt: skip
             except GrammarError:
                 pass  # llguidance refused a part of it (an unsatisfiable leaf, say)
         # llguidance's JSON mode, which drops what admits nothing, decides (or names why)
         notes.append(f"written as llguidance's JSON mode writes it ({_CANONICAL})")
         return self._pushdown("json_schema", json_definition(body, whitespace), source, notes,
                               finite, closing, check, prepared.checked, int(shortest),
-                              member, lower, texts)  # fmt: skip
+                              member, lower, texts, closer)  # fmt: skip
 
     def regex(
         self,
@@ -403,6 +406,7 @@ class GrammarCompiler:
         member: Callable[[], str | None] | None = None,
         lower: Callable[[], int | None] | None = None,
         texts: Callable[[], tuple[str, ...]] | None = None,
+        closer: Callable[[], JsonCursor] | None = None,
     ) -> PushdownGrammar:
 
         def build() -> PushdownGrammar:
@@ -410,7 +414,7 @@ class GrammarCompiler:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
             grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
                                       source, notes, finite, closing, shortest,
-                                      member, lower, texts)  # fmt: skip
+                                      member, lower, texts, closer)  # fmt: skip
             if check is not None:
                 grammar._attach_check(check, checked)
             return grammar

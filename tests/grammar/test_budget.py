@@ -919,3 +919,30 @@ def test_a_search_writes_an_unanchored_pattern_s_match_it_cannot_find_byte_by_by
     assert witness is not None and len(witness) <= 28, smol_tokenizer.decode(witness or [])
     t = smol_tokenizer.encode("T")
     assert len(t) == 1 and g.admissible(state, len(witness) + 8)[t[0]]
+
+
+WALKS = Path(__file__).resolve().parents[1] / "data" / "budget_walks.jsonl"
+
+
+@pytest.mark.parametrize("row", [json.loads(line) for line in WALKS.open()],
+                         ids=lambda row: row["description"].split("/")[-1])  # fmt: skip
+def test_a_member_is_admitted_whole_at_exactly_its_own_length(smol_tokenizer, row):
+    """MaskBench members (real schemas and instances; compact, the schema's key order) walked
+    token by token at a budget of exactly their tokens plus EOS, where every step's room is
+    what the answer itself still needs: every token and the EOS admitted. Each was refused
+    part-way before the schema's closings certified tokens (a key the witness does not take,
+    ``author`` after ``{"`` where a search found no completion in 12 s; an enum value in
+    fewer tokens than the shortest in bytes, ``STARTED``; a `oneOf` item whose own
+    properties come before its branch's)."""
+    from hf_fvo.eval.instances import in_schema_order
+
+    schema, data = row["schema"], row["tests"][0]["data"]
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    ids = smol_tokenizer.encode(json.dumps(in_schema_order(data, schema), ensure_ascii=False,
+                                           separators=(",", ":")))  # fmt: skip
+    budget, state = len(ids) + 1, g.initial_state
+    for t, y in enumerate([*ids, smol_tokenizer.eos_token_id]):
+        admitted = g.admissible(state, budget - t)
+        assert admitted[y], (t, smol_tokenizer.decode(ids[:t])[-40:], smol_tokenizer.decode([y]))
+        if t < len(ids):
+            state = g.next_state(state, y)

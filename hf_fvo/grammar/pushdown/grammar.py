@@ -58,8 +58,11 @@ _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced
 _TEXT_TRIES = 64  # parses _matched may spend finding which pattern text a string needs
 _MATCH_CREDIT = 4096  # parses _matched's splices may spend before their successes pay for more
 _MATCH_EARN = 3  # parses each success earns them (they go on while one try in three succeeds)
+_SEARCH_WORK = 1 << 14  # parser operations a state's own witness search may spend (then: none)
+_CLOSE_CREDIT = 512  # parses the schema's closings may spend a call (each success earns 3)
 _MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
+_CURSORS = 4096  # JSON cursors (and closing spellings) kept per grammar, by path (by text)
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
 # llguidance can hold: about 70 bytes a part with SmolLM2's; beyond, the parser walks per token)
 
@@ -97,6 +100,7 @@ class PushdownGrammar(Grammar):
         member: Callable[[], str | None] | None = None,
         lower: Callable[[int | None], int | None] | None = None,
         texts: Callable[[], tuple[str, ...]] | None = None,
+        closer: Callable[[], Any] | None = None,
     ) -> None:
         """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors.
         ``finite=True`` states that the language is finite (shown from its JSON schema);
@@ -108,8 +112,11 @@ class PushdownGrammar(Grammar):
         tokens of every member (0 or ``None``: not known; it may stop at ``upper``, the tokens
         of a member found), asked only when a budget needs it; ``texts()`` gives text that
         string contents may need (its patterns' shortest matches), which the completion
-        searches try to write."""
+        searches try to write; ``closer()`` gives the schema's
+        :class:`~hf_fvo.grammar.schema.closer.JsonCursor` before any text, whose closings
+        certify tokens before a search is tried (each verified by a parse)."""
         self._definition = definition
+        self._closer = closer
         self._closing = closing
         self._shortest = int(shortest)
         self._member = member
@@ -129,6 +136,8 @@ class PushdownGrammar(Grammar):
         self._eos = self._vocab.eos_token_ids
         self._nwords = tokenizer.words
         self._tokenizer = tokenizer
+        self._cursors: dict[tuple[int, ...], Any] = {}  # JsonCursor by path (bounded)
+        self._spellings: dict[bytes, tuple[int, ...] | None] = {}  # fewest tokens, by text
         self._probe_definition = probe_definition(self._definition)
         marker = tokenizer.marker
         marked = None if marker is None else marked_definition(self._definition, marker[0])
@@ -287,10 +296,22 @@ class PushdownGrammar(Grammar):
                 state._witness = Found(built if found is None or len(built) <= len(found)
                                        else found)  # fmt: skip
                 return state._witness
+        if witness is UNKNOWN and state is not self._initial:
+            closed = self._closed(state, None, _MEMBER_BYTES)
+            if closed is not None:  # then the cheap breadth-first pass may beat it
+                found = self._completer.complete(
+                    state._matcher, self._bytewise.parser(state), state._utf8, passes="breadth"
+                )
+                state._witness = Found(closed if found is None or len(closed) <= len(found)
+                                       else found)  # fmt: skip
+                return state._witness
         if witness is UNKNOWN or isinstance(witness, Loose):
+            # (bounded: a depth-first pass inside a date-time pattern made 1.6 million
+            # parser advances, 51 s, looking for a shorter one than a Loose witness)
+            work = Work(_SEARCH_WORK if witness is UNKNOWN else _STEP_WORK)
             found = self._completer.complete(
                 state._matcher, self._bytewise.parser(state), state._utf8,
-                texts=self._written(),
+                texts=self._written(), work=work,
             )  # fmt: skip
             if witness is not UNKNOWN and (found is None or len(witness) < len(found)):
                 found = witness  # the inherited one is shorter: keep it
@@ -397,7 +418,29 @@ class PushdownGrammar(Grammar):
         witness = state._witness
         if isinstance(witness, Loose) and len(witness) + _LAZY_SLACK <= room:
             return witness
+        if isinstance(witness, tuple) and len(witness) + _LAZY_SLACK > room:
+            shorter = self._shortened(state, witness)
+            if shorter is not None:  # (of the witness's kind: a search's stays a search's)
+                state._witness = witness = type(witness)(shorter)
+                if isinstance(witness, Loose) and len(witness) + _LAZY_SLACK <= room:
+                    return witness
         return self.completion(state)
+
+    def _shortened(
+        self, state: PushdownState, witness: tuple[int, ...]
+    ) -> tuple[int, ...] | None:
+        """A completion of ``state`` in fewer tokens than ``witness``, if one of two is: its
+        bytes in the fewest tokens (an inherited witness keeps its parent's spelling, ``"`` then
+        ``}`` where ``"}`` is one token), or the schema's closing (:meth:`_closed`); verified."""
+        if not witness:
+            return None
+        best = None
+        respelled = self._fewest(self._text(witness))
+        if (respelled is not None and len(respelled) < len(witness)
+                and self._completer.accepts(state._matcher, state._utf8, respelled)):  # fmt: skip
+            best = respelled
+        closed = self._closed(state, None, len(best or witness) - 1)
+        return tuple(closed) if closed is not None else best
 
     def _admits(
         self,
@@ -430,6 +473,8 @@ class PushdownGrammar(Grammar):
                 found = tail  # the witness still completes after y
         if found is None:
             found = self._spliced(state, y, room, text)
+        if found is None:
+            found = self._closed(state, y, room)
         if found is None:
             found = self._searched(state, y, room)
         if found is None:
@@ -763,6 +808,24 @@ class PushdownGrammar(Grammar):
                 elif tries is not None and not tries.left:
                     break
             uncertified = uncertified[keep[uncertified] == 0]
+        if len(uncertified) and self._closer is not None:  # a closing each: a parse, no search
+            tries = None if work is None else Work(_CLOSE_CREDIT)
+            last: tuple[int, ...] | None = None  # (alike tokens close alike: one parse first)
+            for y in uncertified.tolist():
+                if last is not None and done.accepts(matcher, utf8, (y, *last)):
+                    keep[y] = 1
+                    heirs.setdefault(y, last)
+                    continue
+                found = self._closed(state, y, room, tries)
+                if found is not None:
+                    last = found
+                    keep[y] = 1
+                    heirs.setdefault(y, found)
+                    if tries is not None:
+                        tries.left += _MATCH_EARN
+                elif tries is not None and not tries.left:
+                    break
+            uncertified = uncertified[keep[uncertified] == 0]
         budget = None if work is None else Work(work)
         found_texts: list[bytes] = []  # what the searches below found, y's bytes included
         # by what a token writes after its leading content (`",` of `:",` and `)",`): what
@@ -790,6 +853,72 @@ class PushdownGrammar(Grammar):
                 keep[y] = 1
                 heirs.setdefault(y, found)
         return keep
+
+    def _closed(
+        self, state: PushdownState, y: int | None, room: int, work: Work | None = None
+    ) -> tuple[int, ...] | None:
+        """y (``None``: nothing) then a closing the schema writes
+        (:meth:`~hf_fvo.grammar.schema.closer.JsonCursor.closings`: the lexeme finished, the
+        required keys and items each open container still needs, then its close), in the
+        fewest tokens, the first that fits in ``room`` and that the parser accepts: a
+        completion built, not searched (after ``{"author`` in a schema whose ``author`` is a
+        string or an object and whose other keys are free, a search finds none in 12 s; the
+        schema writes ``":"a","manifest":{…}}``). Each call spends one of ``work`` (its
+        closings, at most ``_CLOSINGS``, one parse each, are written and parsed for that)."""
+        cursor = self._cursor(state)
+        if cursor is None or (work is not None and not work.spend()):
+            return None
+        head: tuple[int, ...] = ()
+        if y is not None:
+            head = (y,)
+            cursor = cursor.feed(self._vocab.token_bytes[y])
+            if cursor is None:
+                return None
+        done = self._completer
+        for text in cursor.each_closing():
+            rest = self._fewest(text.encode())
+            if rest is None or len(rest) > room:
+                continue
+            if done.accepts(state._matcher, state._utf8, (*head, *rest)):
+                return Loose(rest)
+        return None
+
+    def _cursor(self, state: PushdownState) -> Any:
+        """The schema's :class:`~hf_fvo.grammar.schema.closer.JsonCursor` after ``state``'s
+        text (``None``: no schema, or the text is not JSON): its parent's fed one token where
+        that is kept, else read from the start; kept by path (a pure function of it)."""
+        if self._closer is None:
+            return None
+        cursors, path = self._cursors, state._path
+        if path in cursors:
+            return cursors[path]
+        if len(cursors) >= _CURSORS:
+            cursors.clear()
+        start = cursors.get(())
+        if start is None:
+            start = cursors[()] = self._closer(cost=self._cost)
+        parent = cursors.get(path[:-1]) if path else None
+        if parent is not None:
+            cursor = parent.feed(self._vocab.token_bytes[path[-1]])
+        else:
+            spelled = self._vocab.token_bytes
+            cursor = start.feed(b"".join(spelled[t] for t in path)) if path else start
+        cursors[path] = cursor
+        return cursor
+
+    def _cost(self, text: str) -> int:
+        """Tokens a closing's value takes (its fewest; unspellable: past any room)."""
+        found = self._fewest(text.encode())
+        return len(text) + (1 << 16) if found is None else len(found)
+
+    def _fewest(self, text: bytes) -> tuple[int, ...] | None:
+        """:meth:`fewest_tokens` of ``text``, kept (closings share their texts)."""
+        known = self._spellings
+        if text not in known:
+            if len(known) >= _CURSORS:
+                known.clear()
+            known[text] = self._completer.fewest_tokens(text)
+        return known[text]
 
     def _continued(
         self, state: PushdownState, y: int, room: int, texts: list[bytes], work: Work | None
@@ -1090,6 +1219,7 @@ class PushdownGrammar(Grammar):
             "shortest": self._shortest,
             "member": self._member,
             "texts": self._written(),
+            "closer": self._closer,
             "lower": self._lower_value,  # the bound if computed (not the compiler behind it)
         }
 
@@ -1104,6 +1234,7 @@ class PushdownGrammar(Grammar):
         self._shortest = state.get("shortest", 0)
         self._member = state.get("member")
         self._texts, self._pieces = None, tuple(state.get("texts", ()))
+        self._closer = state.get("closer")
         self._lower, self._lower_value, self._lower_whole = None, state.get("lower"), True
         self._setup(PushdownTokenizer(self._vocab))
 

@@ -1,0 +1,539 @@
+"""Completions of a JSON prefix, built from its schema: the budget rule's certificates.
+
+The budget rule keeps a token when the state after it has a completion that fits the room. A
+search over parser states finds one where the grammar itself says what comes next; where a
+JSON schema leaves a choice open (any key may follow ``{"``, a ``oneOf`` holds a string and an
+object, a required key far away), it may find none in seconds. The schema says what finishes a
+prefix: :class:`JsonCursor` reads the prefix as JSON (its open objects and arrays, the key or
+item each is at, the lexeme being written, the schema at each place) and
+:meth:`JsonCursor.closings` writes what finishes it in few bytes —
+
+- the lexeme ended: a key completed to a listed name (required ones first), a string closed
+  (finished to an ``enum`` value, padded to ``minLength``, or given its ``pattern``'s shortest
+  match), a number given the digit it lacks, a literal finished;
+- then every open container closed with the required keys and the items it still needs, each
+  value the shortest member :func:`~hf_fvo.grammar.schema.instance.shortest_member` builds.
+
+The schema at each place comes from the path: ``properties``, ``patternProperties``,
+``additionalProperties``, ``prefixItems``, ``items``; ``$ref`` followed, ``allOf`` merged, the
+branches of ``anyOf``/``oneOf`` kept as alternatives. It is a heuristic, never trusted: the
+grammar parses a closing before it certifies anything with it. Pure: no engine import.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from hf_fvo.grammar.schema.facts import definitions_of, ref_target
+from hf_fvo.grammar.schema.instance import _GiveUp, _Members, _merge, shortest_pattern_text
+
+__all__ = ["JsonCursor"]
+
+_ALTERNATIVES = 8  # schema alternatives kept per place (anyOf/oneOf branches)
+_CLOSINGS = 4  # closings written per prefix (the innermost choice varied)
+_DEPTH = 16  # $ref, anyOf and allOf levels followed at one place
+_WS = " \t\n\r"
+_LITERALS = {"t": "true", "f": "false", "n": "null"}
+
+
+class _Frame(NamedTuple):
+    """An open object (``o``), array (``a``) or the top level (``r``): the schema alternatives
+    that may hold there, the keys written (an object), the key whose value comes next, the
+    items written (an array), and what is expected next: ``first`` (after ``{`` or ``[``),
+    ``key`` (after an object's comma), ``colon``, ``value``, ``next`` (a comma or the close),
+    ``done`` (the top level's value ended)."""
+
+    kind: str
+    nodes: tuple[Any, ...]
+    keys: tuple[str, ...]
+    key: str | None
+    count: int
+    expect: str
+
+
+class _Lexeme(NamedTuple):
+    """The lexeme being written: a string (``s``: a key or a value; its content so far and a
+    pending escape), a number (``n``: its text) or a literal (``l``: its text so far)."""
+
+    kind: str
+    key: bool
+    text: str
+    escape: str
+    nodes: tuple[Any, ...]
+
+
+class _Schema:
+    """The schema's alternatives per node and its shortest values, computed once per node."""
+
+    def __init__(self, root: Any, cost: Callable[[str], int] | None = None) -> None:
+        self.root = root
+        self.cost = cost or (lambda text: len(text.encode()))
+        self.defs = definitions_of(root)
+        self.kept: dict[int, tuple[Any, tuple[Any, ...]]] = {}  # id → (node, alternatives)
+        self.cheapest: dict[int, tuple[Any, str | None]] = {}  # id → (node, cheapest text)
+
+    def alternatives(self, node: Any) -> tuple[Any, ...]:
+        """The schemas ``node`` may stand for here: ``$ref`` followed, ``allOf`` merged, each
+        branch of ``anyOf``/``oneOf`` (with its siblings) apart; at most ``_ALTERNATIVES``."""
+        key = id(node)
+        if key not in self.kept:
+            self.kept[key] = (node, tuple(self._alternatives(node, 0))[:_ALTERNATIVES])
+        return self.kept[key][1]
+
+    def _alternatives(self, node: Any, depth: int) -> list[Any]:
+        if node is True:
+            return [{}]
+        if not isinstance(node, dict):
+            return []
+        if depth > _DEPTH:
+            return [node]
+        if "$ref" in node:
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            target = ref_target(node, self.defs)
+            # (the siblings first: their properties come before the target's, as written)
+            return self._alternatives(_merge([rest, target]) if rest else target, depth + 1)
+        for key in ("anyOf", "oneOf"):
+            if isinstance(node.get(key), list):
+                rest = {k: v for k, v in node.items() if k != key}
+                out: list[Any] = []
+                for branch in node[key]:
+                    out += self._alternatives(_merge([rest, branch]) if rest else branch,
+                                              depth + 1)  # fmt: skip
+                return out
+        if isinstance(node.get("allOf"), list) and "\x00merged" not in node:
+            rest = {k: v for k, v in node.items() if k != "allOf"}
+            return self._alternatives(_merge([rest, *node["allOf"]]), depth + 1)
+        return [node]
+
+    def shortest(self, node: Any) -> str | None:
+        """Of the short members of ``node`` that :mod:`.instance` builds, the cheapest
+        (``cost``: a text's tokens, where the grammar gives it), as compact JSON."""
+        key = id(node)
+        if key not in self.cheapest:
+            try:
+                found = _Members(self.root).of(node)
+            except (_GiveUp, RecursionError):
+                found = []
+            texts = [json.dumps(v, ensure_ascii=False, separators=(",", ":")) for v in found]
+            self.cheapest[key] = (node, min(texts, key=self.cost) if texts else None)
+        return self.cheapest[key][1]
+
+    def value(self, nodes: tuple[Any, ...]) -> str | None:
+        """The cheapest value any of the alternatives ``nodes`` builds."""
+        found = self.values(nodes)
+        return found[0] if found else None
+
+    def values(self, nodes: tuple[Any, ...]) -> list[str]:
+        """The alternatives' values, distinct, the cheapest first."""
+        found = dict.fromkeys(t for t in map(self.shortest, nodes) if t is not None)
+        return sorted(found, key=self.cost)
+
+    def child(self, nodes: tuple[Any, ...], key: str | int) -> tuple[Any, ...]:
+        """The alternatives at an object's ``key`` (a str) or an array's item ``key`` (an int)."""
+        out: list[Any] = []
+        for node in nodes:
+            out += self.alternatives(_member(node, key))
+        return tuple(out[:_ALTERNATIVES])
+
+
+def _member(node: Any, key: str | int) -> Any:
+    """The schema of an object's value at ``key`` or an array's item at index ``key``."""
+    if not isinstance(node, dict):
+        return True
+    if isinstance(key, int):
+        prefix = node.get("prefixItems")
+        if isinstance(prefix, list) and key < len(prefix):
+            return prefix[key]
+        return node.get("items", True)
+    props = node.get("properties")
+    if isinstance(props, dict) and key in props:
+        return props[key]
+    patterns = node.get("patternProperties")
+    if isinstance(patterns, dict):
+        for pattern, sub in patterns.items():
+            try:
+                if re.search(pattern, key):
+                    return sub
+            except re.error:
+                continue
+    return node.get("additionalProperties", True)
+
+
+def _kinds(node: Any) -> set[str] | None:
+    kinds = node.get("type") if isinstance(node, dict) else None
+    if kinds is None:
+        return None
+    return {kinds} if isinstance(kinds, str) else {k for k in kinds if isinstance(k, str)}
+
+
+def _of_kind(nodes: tuple[Any, ...], kind: str) -> tuple[Any, ...]:
+    """The alternatives that admit ``kind`` (all of them, where none says it does)."""
+    kept = tuple(n for n in nodes if (k := _kinds(n)) is None or kind in k
+                 or (kind == "integer" and "number" in k))  # fmt: skip
+    return kept or nodes
+
+
+def _count(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
+
+
+def _escaped(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+class JsonCursor:
+    """Where a JSON prefix stands, read against its schema; immutable (:meth:`feed` returns a
+    new cursor). :meth:`start` makes one for a schema; ``None`` stands for a prefix that is not
+    JSON.
+
+    Example:
+        >>> from hf_fvo.grammar.schema.closer import JsonCursor
+        >>> schema = {"type": "object", "properties": {"name": {"type": "string"},
+        ...           "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+        ...           "required": ["name", "tags"]}
+        >>> JsonCursor.start(schema).feed(b'{"na').closings()[0]
+        'me":"","tags":[""]}'
+        >>> JsonCursor.start(schema).feed(b'{"name":"Ann","tags":[').closings()[0]
+        '""]}'
+    """
+
+    __slots__ = ("_lexeme", "_pending", "_schema", "_stack")
+
+    def __init__(
+        self, schema: _Schema, stack: tuple[_Frame, ...], lexeme: _Lexeme | None, pending: bytes
+    ) -> None:
+        self._schema, self._stack, self._lexeme, self._pending = schema, stack, lexeme, pending
+
+    @classmethod
+    def start(cls, root: Any, cost: Callable[[str], int] | None = None) -> JsonCursor:
+        """The cursor before any text of a (prepared) schema's members; ``cost(text)`` ranks
+        the values it may write (the fewest tokens; by default, bytes)."""
+        schema = _Schema(root, cost)
+        return cls(schema, (_Frame("r", schema.alternatives(root), (), None, 0, "value"),), None,
+                   b"")  # fmt: skip
+
+    def feed(self, data: bytes) -> JsonCursor | None:
+        """The cursor after ``data`` more bytes (a character split across calls waits for the
+        rest); ``None`` where the text stops being a JSON prefix."""
+        data = self._pending + data
+        cut = _complete_utf8(data)
+        try:
+            text = data[:cut].decode()
+        except UnicodeDecodeError:
+            return None
+        stack, lexeme = list(self._stack), self._lexeme
+        for c in text:
+            if lexeme is not None:
+                lexeme, consumed = _lexed(lexeme, c, stack)
+                if lexeme is _BROKEN:
+                    return None
+                if consumed:
+                    continue
+            if c in _WS:
+                continue
+            lexeme = self._token(c, stack)
+            if lexeme is _BROKEN:
+                return None
+        return JsonCursor(self._schema, tuple(stack), lexeme, data[cut:])
+
+    def _token(self, c: str, stack: list[_Frame]) -> Any:
+        """Read ``c`` outside a lexeme: structure, or the first character of one."""
+        top = stack[-1]
+        if c == '"' and top.kind == "o" and top.expect in ("first", "key"):
+            return _Lexeme("s", True, "", "", ())
+        if c == ":" and top.expect == "colon":
+            stack[-1] = self._keyed(top, top.key or "")._replace(expect="value")
+            return None
+        if c == "," and top.expect == "next" and top.kind in "oa":
+            stack[-1] = top._replace(expect="key" if top.kind == "o" else "value")
+            return None
+        if c in "}]" and top.kind == ("o" if c == "}" else "a") and top.expect in ("first", "next"):
+            stack.pop()
+            return None if _valued(stack) else _BROKEN
+        if not (top.expect == "value" or (top.kind == "a" and top.expect == "first")):
+            return _BROKEN
+        nodes = self._value_nodes(top)
+        if c == "{":
+            stack.append(_Frame("o", _of_kind(nodes, "object"), (), None, 0, "first"))
+            return None
+        if c == "[":
+            stack.append(_Frame("a", _of_kind(nodes, "array"), (), None, 0, "first"))
+            return None
+        if c == '"':
+            return _Lexeme("s", False, "", "", _of_kind(nodes, "string"))
+        if c == "-" or c.isdigit():
+            return _Lexeme("n", False, c, "", nodes)
+        if c in _LITERALS:
+            return _Lexeme("l", False, c, "", nodes)
+        return _BROKEN
+
+    def _keyed(self, top: _Frame, key: str) -> _Frame:
+        """The object frame at ``key``: the alternatives that admit the key kept (a branch
+        whose ``properties`` give it ``false`` is dropped), all where none does."""
+        kept = tuple(n for n in top.nodes if self._schema.alternatives(_member(n, key)))
+        return top._replace(key=key, nodes=kept or top.nodes)
+
+    def _value_nodes(self, top: _Frame) -> tuple[Any, ...]:
+        if top.kind == "o":
+            return self._schema.child(top.nodes, top.key or "")
+        if top.kind == "a":
+            return self._schema.child(top.nodes, top.count)
+        return top.nodes
+
+    def closings(self) -> list[str]:
+        """Texts that finish the prefix as a member, shortest choices first (at most
+        ``_CLOSINGS``, the innermost choice varied: another key, enum value or branch);
+        heuristic: the grammar verifies each."""
+        return list(self.each_closing())
+
+    def each_closing(self) -> Iterator[str]:
+        """:meth:`closings`, each written only when the one before it is taken."""
+        seen: set[str] = set()
+        for variant in range(_CLOSINGS):
+            text = self._closing(variant)
+            if text is not None and text not in seen:
+                seen.add(text)
+                yield text
+
+    def _closing(self, variant: int) -> str | None:
+        schema = self._schema
+        stack, parts, lexeme = list(self._stack), [], self._lexeme
+        choice = [variant]  # the first place with a choice takes the variant-th option
+
+        def choose(options: list[Any]) -> Any:
+            if len(options) < 2:  # (no choice here: the variant waits for one)
+                return options[0] if options else None
+            pick, choice[0] = min(choice[0], len(options) - 1), 0
+            return options[pick]
+
+        if self._pending:
+            return None  # (inside a character)
+        if lexeme is not None:
+            if lexeme.escape:
+                return None
+            if lexeme.kind == "s" and lexeme.key:
+                top = stack[-1]
+                name = choose(self._key_names(top, lexeme.text))
+                if name is None:
+                    return None  # (a key written already, begun again: no name is known)
+                parts.append(_escaped(name[len(lexeme.text) :]) + '"')
+                stack[-1] = self._keyed(top, name)._replace(expect="colon")
+            else:
+                end = choose(_lexeme_ends(lexeme))
+                if end is None:
+                    return None
+                parts.append(end)
+                if not _valued(stack):
+                    return None
+        while stack:
+            top = stack.pop()
+            if top.kind == "r":
+                if top.expect == "value":
+                    value = choose(schema.values(top.nodes))
+                    if value is None:
+                        return None
+                    parts.append(value)
+                return "".join(parts)
+            if top.expect in ("colon", "value"):
+                value = choose(schema.values(self._value_nodes(top)))
+                if value is None:
+                    return None
+                parts.append((":" if top.expect == "colon" else "") + value)
+                top = _valued_frame(top)
+            rest = (self._object_rest(top, choose) if top.kind == "o"
+                    else self._array_rest(top, choose))  # fmt: skip
+            if rest is None:
+                return None
+            parts.append(rest)
+            if not _valued(stack):
+                return None
+        return None
+
+    def _key_names(self, top: _Frame, begun: str) -> list[str]:
+        """Keys that begin with ``begun`` and are not written yet: the required ones first,
+        then the others listed, then ``begun`` itself (an unlisted key)."""
+        required, listed = [], []
+        for node in top.nodes:
+            props = node.get("properties") if isinstance(node, dict) else None
+            need = node.get("required", []) if isinstance(node, dict) else []
+            for name in [*(props or {}), *(n for n in need if isinstance(n, str))]:
+                if name.startswith(begun) and name not in top.keys:
+                    (required if name in need else listed).append(name)
+        patterned = []  # (a key that matches a patternProperties pattern)
+        for node in top.nodes:
+            patterns = node.get("patternProperties") if isinstance(node, dict) else None
+            for pattern in patterns if isinstance(patterns, dict) else ():
+                text = shortest_pattern_text(pattern)
+                if text is not None:
+                    patterned += [text] if text.startswith(begun) else [begun + text]
+        names = [*required, *listed, begun, *patterned]
+        # a name written already, once more with its last character doubled (``1`` → ``11``
+        # under ``^[0-9]+$``; ``my.permission`` → ``my.permissionn``): another key of its kind
+        names += [n + (n[-1:] or "a") for n in names if n in top.keys]
+        return [n for n in dict.fromkeys(names) if n not in top.keys]
+
+    def _object_rest(self, top: _Frame, choose: Any) -> str | None:
+        """The keys an object still needs (required, then listed up to ``minProperties``),
+        each with its shortest value, and ``}``."""
+        nodes = top.nodes or ({},)
+        node = choose(list(nodes))
+        props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        need = [n for n in node.get("required", []) if isinstance(n, str)]
+        names = [n for n in [*props, *need] if n in need and n not in top.keys]
+        names = list(dict.fromkeys(names))
+        for name in props:
+            if len(top.keys) + len(names) >= _count(node.get("minProperties")):
+                break
+            if name not in names and name not in top.keys:
+                names.append(name)
+        if top.expect == "key" and not names:  # (a comma was written: a key must follow)
+            names = [n for n in self._key_names(top._replace(nodes=(node,)), "")
+                     if self._schema.value(self._schema.child((node,), n))][:1]  # fmt: skip
+            if not names:
+                return None
+        parts = []
+        for i, name in enumerate(names):
+            value = self._schema.value(self._schema.child((node,), name))
+            if value is None:
+                return None
+            comma = "," if i or top.expect == "next" else ""
+            parts.append(f'{comma}"{_escaped(name)}":{value}')
+        return "".join(parts) + "}"
+
+    def _array_rest(self, top: _Frame, choose: Any) -> str | None:
+        """The items an array still needs (``minItems``; one after a comma), and ``]``."""
+        node = choose(list(top.nodes or ({},)))
+        need = max(_count(node.get("minItems")), top.count + (top.expect == "value"))
+        parts = []
+        for i in range(top.count, need):
+            value = self._schema.value(self._schema.child((node,), i))
+            if value is None:
+                return None
+            parts.append(("," if i or top.expect == "next" else "") + value)
+        if top.expect == "value" and parts and parts[0].startswith(","):
+            parts[0] = parts[0][1:]  # (the comma is written)
+        return "".join(parts) + "]"
+
+
+_BROKEN: Any = object()  # a character that makes the text not JSON
+
+
+def _lexed(lexeme: _Lexeme, c: str, stack: list[_Frame]) -> tuple[Any, bool]:
+    """The lexeme after ``c``, and whether it took ``c`` (a number ends at the first character
+    that is not its own, which is then read as structure)."""
+    if lexeme.kind == "s":
+        if lexeme.escape:
+            escape = lexeme.escape + c
+            if len(escape) == 2 and c != "u":
+                if c not in '"\\/bfnrt':
+                    return _BROKEN, True
+                return lexeme._replace(text=lexeme.text + json.loads(f'"{escape}"'),
+                                       escape=""), True  # fmt: skip
+            if len(escape) > 2 and c not in "0123456789abcdefABCDEF":
+                return _BROKEN, True
+            if len(escape) == 6:
+                return lexeme._replace(text=lexeme.text + chr(int(escape[2:], 16)),
+                                       escape=""), True  # fmt: skip
+            return lexeme._replace(escape=escape), True
+        if c == "\\":
+            return lexeme._replace(escape="\\"), True
+        if c == '"':
+            if lexeme.key:
+                stack[-1] = stack[-1]._replace(key=lexeme.text, expect="colon")
+                return None, True
+            return (None if _valued(stack) else _BROKEN), True
+        if c < " ":
+            return _BROKEN, True
+        return lexeme._replace(text=lexeme.text + c), True
+    if lexeme.kind == "n":
+        if c in "0123456789.eE+-":
+            return lexeme._replace(text=lexeme.text + c), True
+        return (None if _valued(stack) else _BROKEN), False
+    target = _LITERALS[lexeme.text[0]]
+    text = lexeme.text + c
+    if not target.startswith(text):
+        return _BROKEN, True
+    if text == target:
+        return (None if _valued(stack) else _BROKEN), True
+    return lexeme._replace(text=text), True
+
+
+def _valued(stack: list[_Frame]) -> bool:
+    """Record that the top frame's value ended (a lexeme or a container closed); ``False``
+    where it expected none."""
+    if not stack:
+        return False
+    top = stack[-1]
+    if not (top.expect == "value" or (top.kind == "a" and top.expect == "first")):
+        return False
+    stack[-1] = _valued_frame(top)
+    return True
+
+
+def _valued_frame(top: _Frame) -> _Frame:
+    """The frame once the value it expects is written."""
+    if top.kind == "o":
+        return top._replace(keys=(*top.keys, top.key or ""), key=None, expect="next")
+    if top.kind == "a":
+        return top._replace(count=top.count + 1, expect="next")
+    return top._replace(expect="done")
+
+
+def _lexeme_ends(lexeme: _Lexeme) -> list[str]:
+    """What ends a value lexeme, the likeliest first."""
+    if lexeme.kind == "l":
+        return [_LITERALS[lexeme.text[0]][len(lexeme.text) :]]
+    if lexeme.kind == "n":
+        # (a bounded number's lexeme may refuse ``-0``: ``-1`` and ``-0.1`` too; a
+        # ``minimum`` may want more digits, where a leading zero allows them)
+        last, whole = lexeme.text[-1], lexeme.text.lstrip("-")
+        if last in "-eE+":
+            return ["1", "0"]
+        if last == ".":
+            return ["0", "1"]
+        if any(c in whole for c in ".eE"):
+            return ["", "1"]
+        return ["", ".1"] if whole == "0" else ["", "0", ".1"]
+    text, ends = lexeme.text, []
+    for node in lexeme.nodes:
+        if not isinstance(node, dict):
+            continue
+        listed = node.get("enum") if isinstance(node.get("enum"), list) else []
+        if "const" in node:
+            listed = [node["const"], *listed]
+        ends += [_escaped(v[len(text) :]) + '"' for v in listed
+                 if isinstance(v, str) and v.startswith(text)]  # fmt: skip
+        pattern = node.get("pattern")
+        if isinstance(pattern, str):
+            found = _matches(pattern, text)
+            if found is False:
+                match = shortest_pattern_text(pattern)
+                if match is not None:
+                    ends.append(_escaped(match) + '"')
+        short = _count(node.get("minLength")) - len(text)
+        if short > 0:
+            ends.append("a" * short + '"')
+    ends.append('"')
+    return list(dict.fromkeys(ends))
+
+
+def _matches(pattern: str, text: str) -> bool | None:
+    try:
+        return re.search(pattern, text) is not None
+    except re.error:
+        return None
+
+
+def _complete_utf8(data: bytes) -> int:
+    """Where the last whole UTF-8 character of ``data`` ends."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return len(data)
+        if byte >= 0xC0:  # a lead byte: whole if its sequence fits
+            size = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if back >= size else len(data) - back
+    return len(data)

@@ -1,0 +1,114 @@
+"""The schema's closings (hf_fvo.grammar.schema.closer): a JSON prefix read against its schema,
+and what finishes it in few bytes, the certificates the budget rule tries before a search."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hf_fvo.grammar.schema.closer import JsonCursor
+from hf_fvo.grammar.schema.prepare import prepare_json_schema
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "minLength": 2},
+        "kind": {"enum": ["staff", "guest"]},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2},
+        "home": {"type": "object", "properties": {"city": {"type": "string"}},
+                 "required": ["city"]},
+    },
+    "required": ["name", "kind", "tags"],
+}  # fmt: skip
+
+
+def _closed(schema: dict, prefix: str) -> list[str]:
+    cursor = JsonCursor.start(schema).feed(prefix.encode())
+    assert cursor is not None, prefix
+    return cursor.closings()
+
+
+@pytest.mark.parametrize("prefix, closing", [
+    ("", '{"name":"aa","kind":"staff","tags":["",""]}'),
+    ('{"', 'name":"aa","kind":"staff","tags":["",""]}'),
+    ('{"na', 'me":"aa","kind":"staff","tags":["",""]}'),
+    ('{"name":"J', 'a","kind":"staff","tags":["",""]}'),  # padded to minLength
+    ('{"name":"Jo","kind":"gu', 'est","tags":["",""]}'),  # finished to the enum value
+    ('{"name":"Jo","kind":"guest","age":-', '1,"tags":["",""]}'),
+    ('{"name":"Jo","kind":"guest","tags":["x"', ',""]}'),  # minItems
+    ('{"name":"Jo","kind":"guest","tags":["x",', '""]}'),  # an item after the comma
+    ('{"name":"Jo","kind":"guest","tags":["x","y"],"home":{', '"city":""}}'),
+    ('{"name":"Jo","kind":"guest","tags":["x","y"],"home":{"city":"Oslo"}', "}"),
+    ('{"name":"Jo", "kind" : "guest","tags":["x","y"],"extra":t', "rue}"),
+    ('{"name":"Jo\\u00', None),  # inside an escape: no closing
+])  # fmt: skip
+def test_a_closing_finishes_each_open_lexeme_and_container_with_what_the_schema_requires(
+    prefix, closing
+):
+    """The lexeme is finished (a key to a listed name, a string to its minLength or an enum
+    value, a number to a digit, a literal), then each open container gets the required keys
+    and the items it still lacks, each the shortest value, and its close."""
+    found = _closed(PERSON, prefix)
+    assert (found[0] if found else None) == closing
+    if closing is not None:
+        assert json.loads(prefix + closing)  # well-formed
+
+
+def test_a_key_begun_is_finished_to_each_listed_name_it_begins_required_ones_first():
+    schema = {"type": "object", "properties": {"alpha": {"type": "integer"},
+              "also": {"type": "null"}}, "required": ["also"]}  # fmt: skip
+    assert _closed(schema, '{"al') == ['so":null}', 'pha":0,"also":null}', '":0,"also":null}']
+
+
+def test_text_that_is_not_json_has_no_cursor():
+    start = JsonCursor.start(PERSON)
+    for text in ('{"a" "b"', "]", '{"a":1}}', '{"a":tru ', '{"a":"\x01'):
+        assert start.feed(text.encode()) is None, text
+
+
+def test_a_character_split_across_tokens_waits_for_its_last_byte():
+    start = JsonCursor.start({"type": "string"})
+    half = start.feed('"é'.encode()[:2])
+    assert half is not None and half.closings() == []  # (inside a character)
+    assert half.feed('"é'.encode()[2:]).closings() == ['"']
+
+
+def _valid_instances(path: Path) -> list[tuple[dict, str, bool]]:
+    """Each valid instance: the prepared schema, the compact text, and whether the instance
+    is a member of the prepared schema (``strict`` closes objects the source left open)."""
+    from jsonschema import Draft202012Validator
+
+    out = []
+    for row in map(json.loads, path.open()):
+        body = prepare_json_schema(row["schema"]).schema
+        member = Draft202012Validator(body).is_valid
+        for case in row["tests"]:
+            if case["valid"]:
+                text = json.dumps(case["data"], ensure_ascii=False, separators=(",", ":"))
+                out.append((body, text, member(case["data"])))
+    return out
+
+
+def test_every_prefix_of_every_valid_instance_is_read_and_closed_to_well_formed_json():
+    """The MaskBench slice's valid instances (real schemas, instances nobody here wrote), cut at
+    every character: the cursor reads each prefix (a JSON prefix is never taken for broken
+    text); where it writes closings, prefix plus closing is one JSON document; and along a
+    member of the prepared schema it writes one at every character outside an escape."""
+    read = 0
+    for body, text, member in _valid_instances(DATA / "maskbench_slice.jsonl"):
+        cursor = JsonCursor.start(body)
+        for i, c in enumerate(text):
+            cursor = cursor.feed(c.encode())
+            assert cursor is not None, (text[: i + 1][-60:], c)
+            for closing in cursor.closings():
+                json.loads(text[: i + 1] + closing)
+            read += 1
+            lexeme = cursor._lexeme
+            if member and not (lexeme and lexeme.escape):
+                assert cursor.closings(), text[: i + 1][-60:]
+    assert read > 10_000
