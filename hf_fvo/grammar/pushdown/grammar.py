@@ -426,9 +426,7 @@ class PushdownGrammar(Grammar):
                     return witness
         return self.completion(state)
 
-    def _shortened(
-        self, state: PushdownState, witness: tuple[int, ...]
-    ) -> tuple[int, ...] | None:
+    def _shortened(self, state: PushdownState, witness: tuple[int, ...]) -> tuple[int, ...] | None:
         """A completion of ``state`` in fewer tokens than ``witness``, if one of two is: its
         bytes in the fewest tokens (an inherited witness keeps its parent's spelling, ``"`` then
         ``}`` where ``"}`` is one token), or the schema's closing (:meth:`_closed`); verified."""
