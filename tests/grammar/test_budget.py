@@ -723,7 +723,9 @@ def test_a_depth_first_witness_keeps_no_sign_or_optional_member_it_can_do_withou
     writes, in byte order, an optional key before the required one and ``-0`` for ``0``
     (``","image":"","order":-0}``, seen on a development schema's served rows); the witness
     drops both, each removal verified by the parser, so a budget that fits the short one
-    admits the string's content. With the removals off, the long witness comes back."""
+    admits the string's content. With the removals off, the long witness comes back (the
+    schema's closings, which write the short one at once, are off here: this is the
+    search's own witness)."""
     import pickle
 
     from hf_fvo.grammar.pushdown import completion
@@ -735,6 +737,7 @@ def test_a_depth_first_witness_keeps_no_sign_or_optional_member_it_can_do_withou
         monkeypatch.setattr(completion, "_CUT_TRIES", cuts)
         g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", strict=False)
         g = pickle.loads(pickle.dumps(g))  # a fresh copy: no witness found yet
+        g._closer = None
         state = g.walk(smol_tokenizer.encode('{"title":"b'))
         witness = g.completion(state)
         assert smol_tokenizer.decode(witness) == want
@@ -856,15 +859,18 @@ def test_a_content_token_written_in_place_of_the_witness_s_characters_is_admitte
 
 
 def test_the_work_bound_gives_the_same_sound_set_on_every_run(smol_tokenizer, monkeypatch):
-    """At a place where any JSON value may start, 90 candidates need searches. With the work
-    bound cut to 300 parser operations the rule stops part-way: it keeps fewer tokens than the
-    unbounded rule, the same tokens in a second grammar compiled apart (no state shared), and
-    only tokens whose recorded witness completes within the room."""
+    """At a place where any JSON value may start, 90 candidates need searches where the
+    schema's closings are off. With the work bound cut to 300 parser operations the rule
+    stops part-way: it keeps fewer tokens than the unbounded rule, the same tokens in a
+    second grammar compiled apart (no state shared), and only tokens whose recorded witness
+    completes within the room. With the closings on, the same bound keeps the whole set:
+    each of those tokens has a closing that fits, one parse each."""
     import pickle
 
     import hf_fvo.grammar.pushdown.grammar as pushdown
 
     monkeypatch.setattr(pushdown, "_STEP_WORK", 300)
+    monkeypatch.setattr(pushdown, "_CLOSE_CREDIT", 0)
     task = _task("BFCL_java_37.json")
     prefix = smol_tokenizer.encode('{\n    "ConsoleAnnotator.annotate": {\n        "context":')
     g = Grammar.from_json_schema(json.loads(task["schema"]), smol_tokenizer, whitespace="pretty")
@@ -883,6 +889,11 @@ def test_the_work_bound_gives_the_same_sound_set_on_every_run(smol_tokenizer, mo
     state = g.walk(prefix)
     whole = g._within(state, 60, None).nonzero()[0].tolist()
     assert set(sets[0]) < set(whole), (len(sets[0]), len(whole))
+    monkeypatch.undo()
+    monkeypatch.setattr(pushdown, "_STEP_WORK", 300)
+    fresh = pickle.loads(pickle.dumps(g))
+    closed = fresh._within(fresh.walk(prefix), 60, pushdown._STEP_WORK).nonzero()[0].tolist()
+    assert closed == whole
 
 
 def test_a_descent_without_the_schema_s_texts_leaves_a_run_of_content_behind(smol_tokenizer):

@@ -306,9 +306,11 @@ class PushdownGrammar(Grammar):
                                        else found)  # fmt: skip
                 return state._witness
         if witness is UNKNOWN or isinstance(witness, Loose):
-            # (bounded: a depth-first pass inside a date-time pattern made 1.6 million
-            # parser advances, 51 s, looking for a shorter one than a Loose witness)
-            work = Work(_SEARCH_WORK if witness is UNKNOWN else _STEP_WORK)
+            # (bounded past the initial state, which a refusal's bounds ask once: a
+            # depth-first pass inside a date-time pattern made 1.6 million parser advances,
+            # 51 s, looking for a shorter one than a Loose witness)
+            work = (None if state is self._initial
+                    else Work(_SEARCH_WORK if witness is UNKNOWN else _STEP_WORK))  # fmt: skip
             found = self._completer.complete(
                 state._matcher, self._bytewise.parser(state), state._utf8,
                 texts=self._written(), work=work,
