@@ -508,6 +508,94 @@ def test_the_string_certificate_admits_exactly_what_a_parse_per_token_admits(smo
         states, counted, escapes, schemas)  # fmt: skip
 
 
+def test_the_key_certificate_admits_only_what_a_parse_admits_and_never_a_listed_name(
+    smol_tokenizer,
+):
+    """Inside the lexeme of an object's other keys (a free string less the listed names) the
+    key marker certifies content tokens the same way, except those that may still spell a
+    listed name from there (the key's text then y a prefix of one, or y has a backslash): a
+    listed name takes its own value schema, which the witness need not fit. Along MaskBench's
+    valid instances (not written here), at every key state where it fires, under budgets that
+    bind: a certified token's bytes, the tokens finishing its character, then the witness,
+    parse; every token spelling a prefix of a listed name's rest is left out of the
+    certificate; and every sampled content token for which they parse is admitted."""
+    import numpy as np
+
+    from hf_fvo.eval.instances import in_schema_order
+
+    rows = [json.loads(line) for line in MASKBENCH.open()]
+    rng = np.random.default_rng(0)
+    states, prefixes, schemas = 0, 0, set()
+    for row in rows:
+        data = next((t["data"] for t in row["tests"] if t["valid"]), None)
+        if data is None:
+            continue
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        except GrammarError:
+            continue
+        if not getattr(g, "_key_names", ()):
+            continue
+        table, done = g._tokenizer.content_after, g._completer
+        text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
+                          ensure_ascii=False)  # fmt: skip
+        s = g.initial_state
+        for token in smol_tokenizer.encode(text)[:80]:
+            witness = g.completion(s)
+            if witness is None:
+                break
+            inside = g._inside_string(s, witness, [])
+            if inside is not None and inside[1] is not None:  # a key's certificate fires
+                unsafe = inside[1]
+                room = len(witness) + 3
+                keep = g._within(s, room)
+                content, ends = g._room(s, room)[2][:2]
+                candidates = np.flatnonzero(g._bits(s) & (table[: g._n] >= 0))
+                sample = {*rng.choice(candidates, min(150, len(candidates)), replace=False)}
+                sample |= {*np.flatnonzero(unsafe[: g._n] & g._bits(s))}
+                for y in sorted(sample):
+                    tail = ends.get(int(table[y]))
+                    parses = tail is not None and done.accepts(s._matcher, 0, (y, *tail))
+                    assert not (unsafe[y] and content[y]), (row["description"], y)
+                    assert parses >= bool(content[y]) and keep[y] >= parses, (
+                        row["description"], y, tail)  # fmt: skip
+                    prefixes += bool(unsafe[y]) and not g._tokenizer.backslashed[y]
+                states += 1
+                schemas.add(row["description"])
+            s = g.next_state(s, token)
+            if s is None:
+                break
+        if states >= 40 and len(schemas) >= 2:
+            break
+    # (the development slice has two such schemas whose answers reach a key in 80 tokens)
+    assert states >= 40 and len(schemas) >= 2 and prefixes > 0, (states, prefixes, schemas)
+
+
+def test_the_key_certificate_leaves_a_listed_name_to_its_own_value():
+    """The other keys' lexeme is marked with its own byte where its listed names read back
+    from the exclusion (every spelling of every character), and only then."""
+    from hf_fvo.grammar.pushdown.engine import (
+        json_lark_definition,
+        key_names,
+        marked_definition,
+        spelled_names,
+    )
+    from hf_fvo.grammar.schema.lark import _spellings, schema_lark
+
+    names = ['a/b"é\n😀x.y', "", "(|)?*+[]{}^$\\", "select-star", "u\\u0061"]
+    assert spelled_names("|".join(_spellings(n) for n in names)) == tuple(names)
+    assert spelled_names('"a"|b') is None and spelled_names('"(?:a)"') is None
+    schema = {"properties": {n: {} for n in names}, "additionalProperties": {"type": "integer"}}
+    plain = json_lark_definition(schema_lark(schema, ""))
+    assert key_names(plain) == frozenset(names)
+    marked = marked_definition(plain, 1, 2)
+    changed = [y for x, y in zip(plain.splitlines(), marked.splitlines(), strict=True) if x != y]
+    assert sorted(y.split(":")[0].rstrip("0123456789") for y in changed) == [
+        "KEY_EXTRA", "STRING"]  # fmt: skip
+    assert '|\\x02)*"/ & ~/' in next(y for y in changed if y.startswith("KEY_EXTRA"))
+    assert marked_definition(plain, 1) != marked  # (no key byte: the keys stay as they are)
+
+
 def test_the_marked_grammar_widens_only_the_string_lexemes():
     """The certificate's grammar differs from the grammar in the free and counted string
     lexemes alone (not patterns, not the lexeme of other keys), and exists only for grammars

@@ -34,6 +34,7 @@ __all__ = [
     "json_lark_definition",
     "lark_definition",
     "limits",
+    "key_names",
     "marked_definition",
     "patterns_intersect",
     "probe_definition",
@@ -49,6 +50,13 @@ _CHAR_START = '(?:[^"\\\\\\x00-\\x1f]|'  # how a character of hf_fvo's string le
 # a string lexeme's line: its name (free, or counted m to M times), character and count
 _STRING_LEXEME = re.compile(
     r'(?P<name>STRING(?:_\d+_\d*)?): /"(?P<char>.*)(?P<count>\*|\{\d+,\d*\})"/$'
+)
+# the lexeme of an object's other keys: the free string less its listed names, each in every
+# spelling (schema.lark: `"CHAR*"` & ~`"name"|…`, a name's character as (?:raw|\\uXXXX))
+_KEY_LEXEME = re.compile(r'(?P<name>KEY_EXTRA\d+): /"(?P<char>.*)\*"/ & ~/(?P<names>.*)/$')
+_HEX_DIGIT = r"(?:[0-9]|\[[a-f][A-F]\])"
+_NAME_CHAR = re.compile(  # one character of such a name: its escape, last, gives it back
+    r"\(\?:(?:(?:(?!\(\?:).)*?\|)?(?P<escape>(?:\\\\u" + _HEX_DIGIT + r"{4}){1,2})\)"
 )
 # bytes of token text one LLTokenizer may hold: llguidance's token trie panics a little past
 # 4.5 million (measured with SmolLM2's vocabulary and suffixes of 78 and 85 bytes)
@@ -108,9 +116,10 @@ class PushdownTokenizer:
         self._asked: LRU[bytes, int] = LRU(_PROBE_ASKED)  # candidates parsed, per suffix
         # a control byte no JSON text holds raw, spelled by one token: the free-string mark
         spellings = self.completer.spellings
-        self.marker = next(
-            ((b, ids[0]) for b in range(0x20) if (ids := spellings.get(bytes([b])))), None
-        )
+        markers = [(b, ids[0]) for b in range(0x20) if (ids := spellings.get(bytes([b])))]
+        self.marker = markers[0] if markers else None
+        # another such byte: the mark of the other keys' lexemes (KEY_EXTRA: free less names)
+        self.key_marker = markers[1] if len(markers) > 1 else None
         self._content_table: tuple[np.ndarray, np.ndarray, dict[int, tuple[int, ...]]] | None = None
         self._spaces_only: np.ndarray | None = None
         self._content_index: np.ndarray | None = None
@@ -125,6 +134,12 @@ class PushdownTokenizer:
                 [bool(b) and spaces.issuperset(b) for b in self.vocab.token_bytes], dtype=bool
             )
         return self._spaces_only
+
+    @functools.cached_property
+    def backslashed(self) -> np.ndarray:
+        """Per token id (0/1 bytes): whether its bytes hold a backslash (inside a JSON string:
+        an escape, which may spell any character)."""
+        return np.array([b"\\" in (b or b"") for b in self.vocab.token_bytes], dtype=np.uint8)
 
     @functools.cached_property
     def sizes(self) -> np.ndarray:
@@ -362,12 +377,15 @@ def probe_definition(definition: str) -> str | None:
     return None
 
 
-def marked_definition(definition: str, byte: int) -> str | None:
+def marked_definition(definition: str, byte: int, key_byte: int | None = None) -> str | None:
     """An own-lexeme JSON grammar (:func:`json_lark_definition`) whose string lexemes — the free
     ``STRING`` and the bounded ``STRING_m_M`` — also admit the raw control byte ``byte`` as a
     character (counted like one), for the string certificate of
     :meth:`~hf_fvo.grammar.pushdown.PushdownGrammar.admissible`; ``None`` for grammars without
-    such a lexeme. On text without that byte both grammars say the same.
+    such a lexeme. With ``key_byte``, the lexemes of an object's other keys (``KEY_EXTRA``: a
+    free string that is none of the listed names, :func:`key_names`) admit that byte as a
+    character too, where their names read back. On text without those bytes both grammars
+    say the same.
 
     Example:
         >>> from hf_fvo.grammar.pushdown.engine import json_lark_definition, marked_definition
@@ -388,7 +406,59 @@ def marked_definition(definition: str, byte: int) -> str | None:
             name, char, count = found["name"], found["char"], found["count"]
             lines[i] = f'{name}: /"(?:{char}|\\x{byte:02x}){count}"/'
             marked = True
+        keyed = None if key_byte is None else _KEY_LEXEME.match(line)
+        if (keyed is not None and keyed["char"].startswith(_CHAR_START)
+                and spelled_names(keyed["names"]) is not None):  # fmt: skip
+            name, char, names = keyed["name"], keyed["char"], keyed["names"]
+            lines[i] = f'{name}: /"(?:{char}|\\x{key_byte:02x})*"/ & ~/{names}/'
+            marked = True
     return "\n".join(lines) if marked else None
+
+
+def key_names(definition: str) -> frozenset[str]:
+    """Every name the ``KEY_EXTRA`` lexemes of an own-lexeme JSON grammar exclude (those whose
+    names read back: the ones :func:`marked_definition` marks).
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown.engine import json_lark_definition, key_names
+        >>> from hf_fvo.grammar.schema.lark import schema_lark
+        >>> sorted(key_names(json_lark_definition(schema_lark(
+        ...     {"properties": {"a/b": {}, "é": {}}, "additionalProperties": {}}, ""))))
+        ['a/b', 'é']
+    """
+    names: set[str] = set()
+    for line in definition.split("\n"):
+        keyed = _KEY_LEXEME.match(line)
+        if keyed is not None:
+            names.update(spelled_names(keyed["names"]) or ())
+    return frozenset(names)
+
+
+def spelled_names(regex: str) -> tuple[str, ...] | None:
+    """The names of schema.lark's alternation of JSON string literals in every spelling
+    (``"…"|"…"``, each character ``(?:raw|\\uXXXX)``), each character read back from its
+    escape; ``None`` where ``regex`` is not one."""
+    names, i = [], 0
+    while True:
+        if not regex.startswith('"', i):
+            return None
+        i, units = i + 1, []
+        while (found := _NAME_CHAR.match(regex, i)) is not None:
+            digits = re.sub(r"\[([a-f])[A-F]\]", r"\1", found["escape"]).replace("\\\\u", "")
+            units += [int(digits[j : j + 4], 16) for j in range(0, len(digits), 4)]
+            i = found.end()
+        if not regex.startswith('"', i):
+            return None
+        try:
+            names.append(b"".join(u.to_bytes(2, "big") for u in units).decode("utf-16-be"))
+        except UnicodeDecodeError:
+            return None
+        i += 1
+        if i == len(regex):
+            return tuple(names)
+        if not regex.startswith("|", i):
+            return None
+        i += 1
 
 
 def regex_definition(pattern: str) -> str:

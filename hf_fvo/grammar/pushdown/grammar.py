@@ -20,6 +20,7 @@ the parser (~15 µs) and never changes the state it is given.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -36,6 +37,7 @@ from hf_fvo.grammar.pushdown.engine import (
     PushdownTokenizer,
     canonical_json,
     limits,
+    key_names,
     marked_definition,
     probe_definition,
     translate_error,
@@ -139,8 +141,13 @@ class PushdownGrammar(Grammar):
         self._cursors: dict[tuple[int, ...], Any] = {}  # JsonCursor by path (bounded)
         self._spellings: dict[bytes, tuple[int, ...] | None] = {}  # fewest tokens, by text
         self._probe_definition = probe_definition(self._definition)
-        marker = tokenizer.marker
-        marked = None if marker is None else marked_definition(self._definition, marker[0])
+        marker, key = tokenizer.marker, tokenizer.key_marker
+        marked = None if marker is None else marked_definition(
+            self._definition, marker[0], None if key is None else key[0])  # fmt: skip
+        # the names the other keys' lexemes exclude (their marks certify only what cannot
+        # become one), UTF-8
+        self._key_names = (() if marked is None or key is None
+                           else tuple(n.encode() for n in key_names(self._definition)))  # fmt: skip
         spelled = self._vocab.token_bytes
         self._bytewise = Follower(
             "_bytewise",
@@ -760,12 +767,18 @@ class PushdownGrammar(Grammar):
             needed = np.flatnonzero(np.bincount(chars[fits == 1])) if self._counted else ()
             inside = self._inside_string(state, witness, list(needed))
         if inside is not None:
+            counted, unsafe = inside
             content = fits
             if self._counted:  # (a token with more characters than inside's does not fit)
-                content = fits & inside[np.minimum(chars, len(inside) - 1)]
+                content = fits & counted[np.minimum(chars, len(counted) - 1)]
+            if unsafe is not None:  # (a key: what may still spell a listed name is tried on)
+                content = content & (unsafe ^ 1)
             keep |= content
             entry[2] = (content, ends, table)
-            cand &= table < 0  # the other content tokens are not searched (docstring)
+            if unsafe is None:
+                cand &= table < 0  # the other content tokens are not searched (docstring)
+            else:  # (a key's witness may write a listed name: a shorter completion may exist)
+                cand &= content ^ 1
         pool = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
         # ^ what no test has certified yet: the candidates of what follows
         afters = self._utf8_next[utf8, pool]
@@ -994,7 +1007,7 @@ class PushdownGrammar(Grammar):
 
     def _inside_string(
         self, state: PushdownState, witness: tuple[int, ...], counts: list[int]
-    ) -> np.ndarray | None:
+    ) -> tuple[np.ndarray, np.ndarray | None] | None:
         """Whether ``state`` is at a character boundary inside one of hf_fvo's string lexemes
         (``STRING``, ``STRING_m_M`` of an own-lexeme JSON grammar) in every reading that the
         marked grammar (:func:`marked_definition`) keeps after its marker byte, and the witness
@@ -1013,27 +1026,73 @@ class PushdownGrammar(Grammar):
         add completions. The marked grammar says what the grammar says on text without the
         marker, so y·fill·witness is a member. Where only the uncounted ``STRING`` is marked,
         one marker stands for any number. tests/grammar/test_budget.py checks certified tokens
-        against a parse per token along the development set's valid instances."""
+        against a parse per token along the development set's valid instances.
+
+        Where no string reading takes the marker, the lexemes of an object's other keys
+        (``KEY_EXTRA``: a free string that is none of the listed names) are asked with their
+        own marker (:attr:`PushdownTokenizer.key_marker`), and the second array says which
+        content tokens that certifies nothing for (1: the rest of the rule tries them): those
+        that may still spell a listed name from here (the key's text so far then y a prefix
+        of one; any with a backslash). For the others the excluded names are out of reach
+        (their part of the lexeme is in its dead state, as after the marker), so y·fill
+        reaches the marker's lexer state, and the argument above holds (the lexeme is not
+        counted: every number fits). Only the certified are settled there: a key's witness
+        may finish a listed name, and a token it does not certify may close the key sooner."""
         if self._marked is None or state._utf8 != 0:
             return None
         matcher = self._marked.parser(state, required=False)
         if matcher is None:
             return None
-        marker, tail = self._tokenizer.marker[1], [*witness, self._eos[0]]
+        tail = [*witness, self._eos[0]]
 
-        def completes(c: int) -> bool:
+        def completes(marker: int, c: int) -> bool:
             seq = [marker] * c + tail
             return matcher.validate_tokens(seq) == len(seq)
 
-        if not completes(1):
-            return None
         fits = np.zeros(max(counts, default=1) + 1, dtype=bool)
         fits[1:] = True
+        marker = self._tokenizer.marker[1]
+        if not completes(marker, 1):
+            key = self._tokenizer.key_marker
+            if not self._key_names or not completes(key[1], 1):
+                return None
+            unsafe = self._unsafe_keys(state)
+            return None if unsafe is None else (fits, unsafe)
         if self._counted:
             for c in counts:
                 if c > 1:  # (one marker: asked above)
-                    fits[c] = completes(int(c))
-        return fits
+                    fits[c] = completes(marker, int(c))
+        return fits, None
+
+    def _unsafe_keys(self, state: PushdownState) -> np.ndarray | None:
+        """Inside a key, per token id (0/1): whether y may still make the key one of the names
+        the other keys' lexemes exclude: y has a backslash (an escape spells any character),
+        or the key's text so far (its bytes since the opening quote, decoded) then y's bytes
+        begin one of the names. ``None`` where that text is not read (it holds an escaped
+        quote)."""
+        spelled, tail, quote = self._vocab.token_bytes, b"", -1
+        for t in reversed(state._path):  # (back to the last quote and the byte before it)
+            tail = spelled[t] + tail
+            quote = tail.rfind(b'"')
+            if quote > 0:
+                break
+        if quote <= 0 or tail[quote - 1 : quote] == b"\\":
+            return None  # (no byte before the quote read, or it may be escaped)
+        try:
+            written = json.loads(b'"' + tail[quote + 1 :] + b'"').encode()
+        except ValueError:
+            return None
+        unsafe = self._tokenizer.backslashed.copy()
+        done = self._completer
+        for name in self._key_names:
+            if not name.startswith(written):
+                continue
+            rest = name[len(written) :]
+            for j in range(1, min(len(rest), done.longest) + 1):
+                for y in done.spellings.get(rest[:j], ()):
+                    if y < self._n:
+                        unsafe[y] = 1
+        return unsafe
 
     def _replaced(self, check: _Check, text: bytes, cand: np.ndarray) -> None:
         """Keep the content tokens that, written in place of the witness's first characters,
