@@ -36,8 +36,8 @@ from hf_fvo.grammar.pushdown.completion import Work
 from hf_fvo.grammar.pushdown.engine import (
     PushdownTokenizer,
     canonical_json,
-    limits,
     key_names,
+    limits,
     marked_definition,
     probe_definition,
     translate_error,
