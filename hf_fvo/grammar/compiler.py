@@ -54,6 +54,7 @@ from hf_fvo.grammar.schema.closing import closing_bound
 from hf_fvo.grammar.schema.instance import pattern_texts, shortest_member
 from hf_fvo.grammar.schema.lark import PRETTY_WHITESPACE
 from hf_fvo.grammar.schema.literals import fewest_tokens, literal_blocks
+from hf_fvo.grammar.schema.patterns import marked_content
 from hf_fvo.grammar.schema.shortest import relaxed, shortest_bound
 from hf_fvo.grammar.sources import (
     GrammarSource,
@@ -269,14 +270,14 @@ class GrammarCompiler:
                 return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
                                       finite, closing, check, prepared.checked,
                                       int(shortest), member, lower, texts,
-                                      closer)  # fmt: skip
+                                      closer, marked_content)  # fmt: skip
             except GrammarError:
                 pass  # llguidance refused a part of it (an unsatisfiable leaf, say)
         # llguidance's JSON mode, which drops what admits nothing, decides (or names why)
         notes.append(f"written as llguidance's JSON mode writes it ({_CANONICAL})")
         return self._pushdown("json_schema", json_definition(body, whitespace), source, notes,
                               finite, closing, check, prepared.checked, int(shortest),
-                              member, lower, texts, closer)  # fmt: skip
+                              member, lower, texts, closer, marked_content)  # fmt: skip
 
     def regex(
         self,
@@ -407,6 +408,7 @@ class GrammarCompiler:
         lower: Callable[[], int | None] | None = None,
         texts: Callable[[], tuple[str, ...]] | None = None,
         closer: Callable[[], JsonCursor] | None = None,
+        raw: Callable[[str, str, str], str | None] | None = None,
     ) -> PushdownGrammar:
 
         def build() -> PushdownGrammar:
@@ -414,7 +416,7 @@ class GrammarCompiler:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
             grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
                                       source, notes, finite, closing, shortest,
-                                      member, lower, texts, closer)  # fmt: skip
+                                      member, lower, texts, closer, raw)  # fmt: skip
             if check is not None:
                 grammar._attach_check(check, checked)
             return grammar

@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,11 @@ _STRING_LEXEME = re.compile(
 # the lexeme of an object's other keys: the free string less its listed names, each in every
 # spelling (schema.lark: `"CHAR*"` & ~`"name"|…`, a name's character as (?:raw|\\uXXXX))
 _KEY_LEXEME = re.compile(r'(?P<name>KEY_EXTRA\d+): /"(?P<char>.*)\*"/ & ~/(?P<names>.*)/$')
+# a string leaf llguidance's JSON mode writes (schema.lark's `vN: %json {…}`), and a character
+# a JSON string holds raw wherever that mode takes it (no quote, backslash, control, DEL,
+# U+2028/9)
+_PATTERN_LEAF = re.compile(r"(?P<rule>v\d+): %json (?P<node>\{.*\})$")
+_RAW_CHAR = '[^"\\\\\\x00-\\x1f\\x7f\\x{2028}\\x{2029}]'
 _HEX_DIGIT = r"(?:[0-9]|\[[a-f][A-F]\])"
 _NAME_CHAR = re.compile(  # one character of such a name: its escape, last, gives it back
     r"\(\?:(?:(?:(?!\(\?:).)*?\|)?(?P<escape>(?:\\\\u" + _HEX_DIGIT + r"{4}){1,2})\)"
@@ -120,6 +126,8 @@ class PushdownTokenizer:
         self.marker = markers[0] if markers else None
         # another such byte: the mark of the other keys' lexemes (KEY_EXTRA: free less names)
         self.key_marker = markers[1] if len(markers) > 1 else None
+        # and a third: the mark of the free text around a pattern's match
+        self.pattern_marker = markers[2] if len(markers) > 2 else None
         self._content_table: tuple[np.ndarray, np.ndarray, dict[int, tuple[int, ...]]] | None = None
         self._spaces_only: np.ndarray | None = None
         self._content_index: np.ndarray | None = None
@@ -377,15 +385,26 @@ def probe_definition(definition: str) -> str | None:
     return None
 
 
-def marked_definition(definition: str, byte: int, key_byte: int | None = None) -> str | None:
+def marked_definition(
+    definition: str,
+    byte: int,
+    key_byte: int | None = None,
+    pattern_byte: int | None = None,
+    raw: Callable[[str, str, str], str | None] | None = None,
+) -> str | None:
     """An own-lexeme JSON grammar (:func:`json_lark_definition`) whose string lexemes — the free
     ``STRING`` and the bounded ``STRING_m_M`` — also admit the raw control byte ``byte`` as a
     character (counted like one), for the string certificate of
     :meth:`~hf_fvo.grammar.pushdown.PushdownGrammar.admissible`; ``None`` for grammars without
     such a lexeme. With ``key_byte``, the lexemes of an object's other keys (``KEY_EXTRA``: a
     free string that is none of the listed names, :func:`key_names`) admit that byte as a
-    character too, where their names read back. On text without those bytes both grammars
-    say the same.
+    character too, where their names read back. With ``pattern_byte`` and ``raw`` (the
+    content of such a lexeme for a pattern, given regexes of a free character and of the
+    byte: :func:`~hf_fvo.grammar.schema.patterns.marked_content`), a string leaf of a
+    ``pattern`` alone also takes that lexeme: free text, a raw match, free text (not after a
+    final ``$``), the free characters raw or that byte; or, for ``^C{m,n}$``, C or that
+    byte m to n times. On text without those bytes both grammars say the same (that
+    lexeme's texts are the leaf's).
 
     Example:
         >>> from hf_fvo.grammar.pushdown.engine import json_lark_definition, marked_definition
@@ -406,6 +425,18 @@ def marked_definition(definition: str, byte: int, key_byte: int | None = None) -
             name, char, count = found["name"], found["char"], found["count"]
             lines[i] = f'{name}: /"(?:{char}|\\x{byte:02x}){count}"/'
             marked = True
+        leaf = None if pattern_byte is None or raw is None else _PATTERN_LEAF.match(line)
+        if leaf is not None:
+            node = json.loads(leaf["node"])
+            content = (raw(node["pattern"], _RAW_CHAR, f"\\x{pattern_byte:02x}")
+                       if set(node) == {"type", "pattern", "x-guidance"}
+                       and node["type"] == "string" and isinstance(node["pattern"], str)
+                       else None)  # fmt: skip
+            if content is not None:
+                lexeme = f"PATTERN_{leaf['rule'][1:]}"
+                lines[i] = f"{line} | {lexeme}"
+                lines.append(f'{lexeme}: /"{content}"/')
+                marked = True
         keyed = None if key_byte is None else _KEY_LEXEME.match(line)
         if (keyed is not None and keyed["char"].startswith(_CHAR_START)
                 and spelled_names(keyed["names"]) is not None):  # fmt: skip

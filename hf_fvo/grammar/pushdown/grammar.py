@@ -103,6 +103,7 @@ class PushdownGrammar(Grammar):
         lower: Callable[[int | None], int | None] | None = None,
         texts: Callable[[], tuple[str, ...]] | None = None,
         closer: Callable[[], Any] | None = None,
+        raw: Callable[[str, str, str], str | None] | None = None,
     ) -> None:
         """Compile an llguidance grammar definition; use the ``Grammar.from_*`` constructors.
         ``finite=True`` states that the language is finite (shown from its JSON schema);
@@ -116,9 +117,13 @@ class PushdownGrammar(Grammar):
         string contents may need (its patterns' shortest matches), which the completion
         searches try to write; ``closer()`` gives the schema's
         :class:`~hf_fvo.grammar.schema.closer.JsonCursor` before any text, whose closings
-        certify tokens before a search is tried (each verified by a parse)."""
+        certify tokens before a search is tried (each verified by a parse); ``raw(pattern, free,
+        mark)`` gives the content of a marked lexeme for a pattern's strings
+        (:func:`~hf_fvo.grammar.schema.patterns.marked_content`), which the string certificate
+        marks (:func:`marked_definition`)."""
         self._definition = definition
         self._closer = closer
+        self._raw = raw
         self._closing = closing
         self._shortest = int(shortest)
         self._member = member
@@ -141,9 +146,10 @@ class PushdownGrammar(Grammar):
         self._cursors: dict[tuple[int, ...], Any] = {}  # JsonCursor by path (bounded)
         self._spellings: dict[bytes, tuple[int, ...] | None] = {}  # fewest tokens, by text
         self._probe_definition = probe_definition(self._definition)
-        marker, key = tokenizer.marker, tokenizer.key_marker
+        marker, key, pattern = tokenizer.marker, tokenizer.key_marker, tokenizer.pattern_marker
         marked = None if marker is None else marked_definition(
-            self._definition, marker[0], None if key is None else key[0])  # fmt: skip
+            self._definition, marker[0], None if key is None else key[0],
+            None if pattern is None else pattern[0], self._raw)  # fmt: skip
         # the names the other keys' lexemes exclude (their marks certify only what cannot
         # become one), UTF-8
         self._key_names = (() if marked is None or key is None
@@ -764,12 +770,18 @@ class PushdownGrammar(Grammar):
             has_tail[list(ends)] = 1
             fits = has_tail[tok.content_index] & cand
             chars = tok.content_chars
-            needed = np.flatnonzero(np.bincount(chars[fits == 1])) if self._counted else ()
-            inside = self._inside_string(state, witness, list(needed))
+            needed = np.flatnonzero(np.bincount(chars[fits == 1]))  # (a pattern's: counted)
+            inside = self._inside_string(state, witness, list(needed), room)
         if inside is not None:
-            counted, unsafe = inside
+            counted, unsafe, used = inside
+            if used is not witness:  # (a pattern's: certified with the schema's closing)
+                ends = {s: (*fill, *used) for s, fill in fills.items()
+                        if len(fill) + len(used) <= room}  # fmt: skip
+                has_tail[:] = 0
+                has_tail[list(ends)] = 1
+                fits = has_tail[tok.content_index] & cand
             content = fits
-            if self._counted:  # (a token with more characters than inside's does not fit)
+            if self._counted or unsafe is not None:  # (more characters than fit: excluded)
                 content = fits & counted[np.minimum(chars, len(counted) - 1)]
             if unsafe is not None:  # (a key: what may still spell a listed name is tried on)
                 content = content & (unsafe ^ 1)
@@ -1006,8 +1018,8 @@ class PushdownGrammar(Grammar):
         return neutral
 
     def _inside_string(
-        self, state: PushdownState, witness: tuple[int, ...], counts: list[int]
-    ) -> tuple[np.ndarray, np.ndarray | None] | None:
+        self, state: PushdownState, witness: tuple[int, ...], counts: list[int], room: int
+    ) -> tuple[np.ndarray, np.ndarray | None, tuple[int, ...]] | None:
         """Whether ``state`` is at a character boundary inside one of hf_fvo's string lexemes
         (``STRING``, ``STRING_m_M`` of an own-lexeme JSON grammar) in every reading that the
         marked grammar (:func:`marked_definition`) keeps after its marker byte, and the witness
@@ -1037,7 +1049,24 @@ class PushdownGrammar(Grammar):
         (their part of the lexeme is in its dead state, as after the marker), so y·fill
         reaches the marker's lexer state, and the argument above holds (the lexeme is not
         counted: every number fits). Only the certified are settled there: a key's witness
-        may finish a listed name, and a token it does not certify may close the key sooner."""
+        may finish a listed name, and a token it does not certify may close the key sooner.
+
+        Where neither takes its marker, a string leaf of a ``pattern`` alone is asked with a
+        third (:attr:`PushdownTokenizer.pattern_marker`): the marked grammar also lexes such a
+        string as free text, a raw match of the pattern, free text (none after a final ``$``),
+        its free characters raw or the marker. If the markers then the witness complete, the
+        witness's text holds a whole raw match after the markers (the marker is none of its
+        characters), or the string's text before them did; the leaf matches the pattern
+        anywhere in its text (llguidance's JSON mode, as JSON Schema reads a pattern), so y's
+        raw characters in the markers' place leave that match, and the string, a member's.
+        Tokens with a backslash or that end inside a character are not certified (the second
+        array), and only the certified are settled (a token may finish the match sooner).
+        Where the witness finishes a match the string began, the schema's closing within
+        ``room`` (:meth:`_closed`: a whole match, then the rest) is asked instead; the third
+        item is the completion the markers were asked with. For ``^C{m,n}$`` the marked
+        lexeme is C's raw characters or the marker, m to n times: a token all of whose
+        characters C takes (the mask admits no other there) leaves the lexeme where as many
+        markers do, so the free string's argument holds, counted."""
         if self._marked is None or state._utf8 != 0:
             return None
         matcher = self._marked.parser(state, required=False)
@@ -1045,24 +1074,36 @@ class PushdownGrammar(Grammar):
             return None
         tail = [*witness, self._eos[0]]
 
-        def completes(marker: int, c: int) -> bool:
-            seq = [marker] * c + tail
+        def completes(marker: int, c: int, rest: list[int] = tail) -> bool:
+            seq = [marker] * c + rest
             return matcher.validate_tokens(seq) == len(seq)
 
         fits = np.zeros(max(counts, default=1) + 1, dtype=bool)
         fits[1:] = True
-        marker = self._tokenizer.marker[1]
-        if not completes(marker, 1):
-            key = self._tokenizer.key_marker
-            if not self._key_names or not completes(key[1], 1):
+        tok = self._tokenizer
+        if not completes(tok.marker[1], 1):
+            if self._key_names and completes(tok.key_marker[1], 1):
+                unsafe = self._unsafe_keys(state)
+                return None if unsafe is None else (fits, unsafe, witness)
+            pattern = tok.pattern_marker
+            if pattern is None:
                 return None
-            unsafe = self._unsafe_keys(state)
-            return None if unsafe is None else (fits, unsafe)
+            used, rest = witness, tail
+            if not completes(pattern[1], 1):  # (the witness may finish a match begun)
+                used = self._closed(state, None, room) or ()
+                rest = [*used, self._eos[0]]
+                if not used or not completes(pattern[1], 1, rest):
+                    return None
+            for c in counts:  # (a class repeated m to n times counts its characters)
+                if c > 1:
+                    fits[c] = completes(pattern[1], int(c), rest)
+            # (raw characters, whole: the marked lexeme's free text)
+            return fits, tok.backslashed | (tok.content_after[: self._n] != 0), tuple(used)
         if self._counted:
             for c in counts:
                 if c > 1:  # (one marker: asked above)
-                    fits[c] = completes(marker, int(c))
-        return fits, None
+                    fits[c] = completes(tok.marker[1], int(c))
+        return fits, None, witness
 
     def _unsafe_keys(self, state: PushdownState) -> np.ndarray | None:
         """Inside a key, per token id (0/1): whether y may still make the key one of the names
@@ -1279,6 +1320,7 @@ class PushdownGrammar(Grammar):
             "member": self._member,
             "texts": self._written(),
             "closer": self._closer,
+            "raw": self._raw,
             "lower": self._lower_value,  # the bound if computed (not the compiler behind it)
         }
 
@@ -1294,6 +1336,7 @@ class PushdownGrammar(Grammar):
         self._member = state.get("member")
         self._texts, self._pieces = None, tuple(state.get("texts", ()))
         self._closer = state.get("closer")
+        self._raw = state.get("raw")
         self._lower, self._lower_value, self._lower_whole = None, state.get("lower"), True
         self._setup(PushdownTokenizer(self._vocab))
 
