@@ -330,8 +330,8 @@ def test_a_probe_vocabulary_is_built_once_parsing_would_cost_as_much_and_sets_do
     ``^[a-zA-Z0-9-]{1,64}$`` with a letter first, which the pattern certificate does not mark)."""
     from hf_fvo.grammar.pushdown import engine
 
-    schema = {"type": "object", "additionalProperties": False,
-              "patternProperties": {"^[a-zA-Z][a-zA-Z0-9-]{0,63}$": {"type": "string"}}}  # fmt: skip
+    key = {"^[a-zA-Z][a-zA-Z0-9-]{0,63}$": {"type": "string"}}
+    schema = {"type": "object", "additionalProperties": False, "patternProperties": key}
     g = Grammar.from_json_schema(schema, smol_tokenizer)
     tk, prefix = g._tokenizer, smol_tokenizer.encode('{"')
     s = g.walk(prefix)
