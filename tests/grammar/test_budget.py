@@ -557,11 +557,12 @@ def test_the_key_and_pattern_certificates_admit_only_what_a_parse_admits(smol_to
             if witness is None:
                 break
             room = len(witness) + 3  # binds: a content token keeps the witness's length
-            inside = g._inside_string(s, witness, [], room)
-            if inside is not None and inside[1] is not None and kind(s, witness) == mode:
+            inside = g._inside_string(s, tuple(witness), lambda used: [], room)
+            keep = g._within(s, room) if inside is not None else None
+            shared = g._room(s, room)[2] if inside is not None else None
+            if shared is not None and inside[1] is not None and kind(s, witness) == mode:
                 unsafe = inside[1]
-                keep = g._within(s, room)
-                content, ends = g._room(s, room)[2][:2]
+                content, ends = shared[:2]
                 candidates = np.flatnonzero(g._bits(s) & (table[: g._n] >= 0))
                 sample = {*rng.choice(candidates, min(150, len(candidates)), replace=False)}
                 sample |= {*np.flatnonzero(unsafe[: g._n] & g._bits(s))}

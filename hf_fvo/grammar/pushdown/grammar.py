@@ -763,26 +763,29 @@ class PushdownGrammar(Grammar):
             # content tokens whose character- or escape-finishing tokens, then the witness,
             # fit (-1: none), and whose number of characters the string still takes
             tok = self._tokenizer
-            table, fills = tok.content_after, tok.content_fill
-            ends = {s: (*fill, *witness) for s, fill in fills.items()
-                    if len(fill) + len(witness) <= room}  # fmt: skip
-            has_tail = np.zeros(STRING_STATES + 1, dtype=np.uint8)  # + the -1 slot
-            has_tail[list(ends)] = 1
-            fits = has_tail[tok.content_index] & cand
-            chars = tok.content_chars
-            needed = np.flatnonzero(np.bincount(chars[fits == 1]))  # (a pattern's: counted)
-            inside = self._inside_string(state, witness, list(needed), room)
+            table, fills, chars = tok.content_after, tok.content_fill, tok.content_chars
+            ending: dict[tuple[int, ...], Any] = {}
+
+            def ended(used: tuple[int, ...]) -> tuple[dict[int, tuple[int, ...]], np.ndarray]:
+                """Per content state, its fill then ``used`` where that fits; per token,
+                whether it is content whose fill then ``used`` fit."""
+                if used not in ending:
+                    ends = {s: (*fill, *used) for s, fill in fills.items()
+                            if len(fill) + len(used) <= room}  # fmt: skip
+                    has_tail = np.zeros(STRING_STATES + 1, dtype=np.uint8)  # + the -1 slot
+                    has_tail[list(ends)] = 1
+                    ending[used] = (ends, has_tail[tok.content_index] & cand)
+                return ending[used]
+
+            def counts(used: tuple[int, ...]) -> list[int]:
+                return np.flatnonzero(np.bincount(chars[ended(used)[1] == 1])).tolist()
+
+            inside = self._inside_string(state, tuple(witness), counts, room)
         if inside is not None:
             counted, unsafe, used = inside
-            if used is not witness:  # (a pattern's: certified with the schema's closing)
-                ends = {s: (*fill, *used) for s, fill in fills.items()
-                        if len(fill) + len(used) <= room}  # fmt: skip
-                has_tail[:] = 0
-                has_tail[list(ends)] = 1
-                fits = has_tail[tok.content_index] & cand
-            content = fits
-            if self._counted or unsafe is not None:  # (more characters than fit: excluded)
-                content = fits & counted[np.minimum(chars, len(counted) - 1)]
+            ends, fits = ended(used)
+            # (a token with more characters than were asked for does not fit)
+            content = fits & counted[np.minimum(chars, len(counted) - 1)]
             if unsafe is not None:  # (a key: what may still spell a listed name is tried on)
                 content = content & (unsafe ^ 1)
             keep |= content
@@ -791,6 +794,17 @@ class PushdownGrammar(Grammar):
                 cand &= table < 0  # the other content tokens are not searched (docstring)
             else:  # (a key's witness may write a listed name: a shorter completion may exist)
                 cand &= content ^ 1
+                # what it does not speak for and ends inside an escape, which the tails below
+                # do not finish: its completion, one parse each
+                done = self._completer
+                for y in np.flatnonzero(cand & unsafe & (table[: self._n] >= 8)).tolist():
+                    end = ends.get(int(table[y]))
+                    if end is not None and done.accepts(matcher, utf8, (y, *end)):
+                        keep[y] = 1
+                        heirs.setdefault(y, end)
+                cand &= keep ^ 1
+                if used is not witness:  # (the others: the completion it was asked with)
+                    tails = self._tails(used, room)
         pool = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
         # ^ what no test has certified yet: the candidates of what follows
         afters = self._utf8_next[utf8, pool]
@@ -1018,7 +1032,11 @@ class PushdownGrammar(Grammar):
         return neutral
 
     def _inside_string(
-        self, state: PushdownState, witness: tuple[int, ...], counts: list[int], room: int
+        self,
+        state: PushdownState,
+        witness: tuple[int, ...],
+        counts: Callable[[tuple[int, ...]], list[int]],
+        room: int,
     ) -> tuple[np.ndarray, np.ndarray | None, tuple[int, ...]] | None:
         """Whether ``state`` is at a character boundary inside one of hf_fvo's string lexemes
         (``STRING``, ``STRING_m_M`` of an own-lexeme JSON grammar) in every reading that the
@@ -1072,38 +1090,39 @@ class PushdownGrammar(Grammar):
         matcher = self._marked.parser(state, required=False)
         if matcher is None:
             return None
-        tail = [*witness, self._eos[0]]
+        tok, eos = self._tokenizer, self._eos[0]
 
-        def completes(marker: int, c: int, rest: list[int] = tail) -> bool:
-            seq = [marker] * c + rest
+        def completes(marker: int, c: int, used: tuple[int, ...]) -> bool:
+            seq = [marker] * c + [*used, eos]
             return matcher.validate_tokens(seq) == len(seq)
 
-        fits = np.zeros(max(counts, default=1) + 1, dtype=bool)
-        fits[1:] = True
-        tok = self._tokenizer
-        if not completes(tok.marker[1], 1):
-            if self._key_names and completes(tok.key_marker[1], 1):
-                unsafe = self._unsafe_keys(state)
-                return None if unsafe is None else (fits, unsafe, witness)
-            pattern = tok.pattern_marker
-            if pattern is None:
-                return None
-            used, rest = witness, tail
-            if not completes(pattern[1], 1):  # (the witness may finish a match begun)
-                used = self._closed(state, None, room) or ()
-                rest = [*used, self._eos[0]]
-                if not used or not completes(pattern[1], 1, rest):
-                    return None
-            for c in counts:  # (a class repeated m to n times counts its characters)
+        def by_count(marker: int, used: tuple[int, ...], counted: bool) -> np.ndarray:
+            """Per number of characters c (up to the largest ``counts(used)``), whether c
+            markers then ``used`` complete; every c ≥ 1 where nothing counts them."""
+            asked = counts(used)
+            fits = np.zeros(max(asked, default=1) + 1, dtype=bool)
+            fits[1] = True  # (asked before)
+            for c in asked:
                 if c > 1:
-                    fits[c] = completes(pattern[1], int(c), rest)
-            # (raw characters, whole: the marked lexeme's free text)
-            return fits, tok.backslashed | (tok.content_after[: self._n] != 0), tuple(used)
-        if self._counted:
-            for c in counts:
-                if c > 1:  # (one marker: asked above)
-                    fits[c] = completes(tok.marker[1], int(c))
-        return fits, None, witness
+                    fits[c] = not counted or completes(marker, c, used)
+            return fits
+
+        if completes(tok.marker[1], 1, witness):
+            return by_count(tok.marker[1], witness, self._counted), None, witness
+        if self._key_names and completes(tok.key_marker[1], 1, witness):
+            unsafe = self._unsafe_keys(state)
+            return None if unsafe is None else (by_count(0, witness, False), unsafe, witness)
+        pattern = tok.pattern_marker
+        if pattern is None:
+            return None
+        used = witness
+        if not completes(pattern[1], 1, used):  # (the witness may finish a match begun)
+            used = tuple(self._closed(state, None, room) or ())
+            if not used or not completes(pattern[1], 1, used):
+                return None
+        # (raw characters, whole: the marked lexeme's free text)
+        unsafe = tok.backslashed | (tok.content_after[: self._n] != 0)
+        return by_count(pattern[1], used, True), unsafe, used
 
     def _unsafe_keys(self, state: PushdownState) -> np.ndarray | None:
         """Inside a key, per token id (0/1): whether y may still make the key one of the names
