@@ -1107,13 +1107,16 @@ class PushdownGrammar(Grammar):
                     fits[c] = not counted or completes(marker, c, used)
             return fits
 
-        if completes(tok.marker[1], 1, witness):
+        def takes(marker: Any) -> bool:  # (one token: whether such a lexeme is open here)
+            return marker is not None and matcher.validate_tokens([marker[1]]) == 1
+
+        if takes(tok.marker) and completes(tok.marker[1], 1, witness):
             return by_count(tok.marker[1], witness, self._counted), None, witness
-        if self._key_names and completes(tok.key_marker[1], 1, witness):
+        if self._key_names and takes(tok.key_marker) and completes(tok.key_marker[1], 1, witness):
             unsafe = self._unsafe_keys(state)
             return None if unsafe is None else (by_count(0, witness, False), unsafe, witness)
         pattern = tok.pattern_marker
-        if pattern is None:
+        if not takes(pattern):
             return None
         used = witness
         if not completes(pattern[1], 1, used):  # (the witness may finish a match begun)
