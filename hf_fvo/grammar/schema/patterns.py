@@ -213,8 +213,9 @@ def marked_content(pattern: str, free: str, mark: str) -> str | None:
     regex of its marker byte) for a string of ``pattern``: free text (``free``, a regex of one
     raw character, or the marker), a raw match (:func:`raw_matches`), free text (none after a
     final ``$``); or, for ``^C{m,n}$`` (one character or class, repeated; ``*``, ``+``, ``?``
-    alike), C's raw characters or the marker, m to n times. Its texts without the marker are
-    matches of ``pattern``; ``None`` where it is neither form.
+    alike; after a fixed text: ``^ab-C{m,n}$``), C's raw characters or the marker, m to n
+    times. Its texts without the marker are matches of ``pattern``; ``None`` where it is
+    neither form.
 
     Example:
         >>> from hf_fvo.grammar.schema.patterns import marked_content
@@ -229,16 +230,19 @@ def marked_content(pattern: str, free: str, mark: str) -> str | None:
         return f"(?:{free}|{mark})*(?:{regex})" + ("" if end else f"(?:{free}|{mark})*")
     sre = _sre()
     items = _items(pattern, start=True)
-    if (items is None or len(items) != 3 or items[0] != (sre.AT, sre.AT_BEGINNING)
-            or items[2] != (sre.AT, sre.AT_END) or items[1][0] is not sre.MAX_REPEAT):  # fmt: skip
+    if (items is None or len(items) < 3 or items[0] != (sre.AT, sre.AT_BEGINNING)
+            or items[-1] != (sre.AT, sre.AT_END) or items[-2][0] is not sre.MAX_REPEAT
+            or any(op is not sre.LITERAL for op, _ in items[1:-2])):  # fmt: skip
         return None
-    lo, hi, body = items[1][1]
-    if len(body) != 1 or body[0][0] not in (sre.LITERAL, sre.NOT_LITERAL, sre.ANY, sre.IN):
+    head = _spell(items[1:-2])  # (a fixed text first: the loop's state once it is written)
+    lo, hi, body = items[-2][1]
+    if head is None or len(body) != 1 or body[0][0] not in (sre.LITERAL, sre.NOT_LITERAL,
+                                                            sre.ANY, sre.IN):  # fmt: skip
         return None
     single = _one(*body[0])
     if single is None:
         return None
-    return f"(?:{single}|{mark}){{{lo},{'' if hi is sre.MAXREPEAT else hi}}}"
+    return f"{head}(?:{single}|{mark}){{{lo},{'' if hi is sre.MAXREPEAT else hi}}}"
 
 
 def _sre() -> Any:
