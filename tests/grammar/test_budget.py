@@ -452,6 +452,24 @@ def test_the_probe_cache_size_comes_from_the_environment(smol_tokenizer, monkeyp
 MASKBENCH = Path(__file__).resolve().parents[1] / "data" / "maskbench_slice.jsonl"
 
 
+def _checked_steps(g, ids):
+    """Along ``ids`` (until a state has no witness or the grammar refuses a token: a valid
+    instance's spelling may not be the grammar's): each state, its witness, a room that binds
+    (a content token keeps the witness's length), the budget rule's set for it (the check
+    itself: admissible() may not need it there) and its shared certificate entry (or None)."""
+    s = g.initial_state
+    for token in ids:
+        witness = g.completion(s)
+        if witness is None:
+            return
+        room = len(witness) + 3
+        keep = g._within(s, room)
+        yield s, tuple(witness), room, keep, g._room(s, room)[2]
+        s = g.next_state(s, token)
+        if s is None:
+            return
+
+
 def test_the_string_certificate_admits_exactly_what_a_parse_per_token_admits(smol_tokenizer):
     """Inside a string lexeme of an own-lexeme JSON grammar (free, or counted by ``maxLength``)
     a few parses of the marked grammar certify string-content tokens by their number of
@@ -477,14 +495,7 @@ def test_the_string_certificate_admits_exactly_what_a_parse_per_token_admits(smo
         if getattr(g, "_marked", None) is None:
             continue
         table, done = g._tokenizer.content_after, g._completer
-        s = g.initial_state
-        for token in smol_tokenizer.encode(text)[:60]:
-            witness = g.completion(s)
-            if witness is None:
-                break
-            room = len(witness) + 3  # binds: a content token keeps the witness's length
-            keep = g._within(s, room)  # the check itself (admissible() may not need it here)
-            shared = g._room(s, room)[2]
+        for s, _, _, keep, shared in _checked_steps(g, smol_tokenizer.encode(text)[:60]):
             if shared is not None and shared[2] is table:  # the certificate fired here
                 content, ends = shared[0], shared[1]
                 candidates = np.flatnonzero(g._bits(s) & (table[: g._n] >= 0))
@@ -500,9 +511,6 @@ def test_the_string_certificate_admits_exactly_what_a_parse_per_token_admits(smo
                 states += 1
                 counted += g._counted
                 schemas.add(row["description"])
-            s = g.next_state(s, token)
-            if s is None:  # a valid instance, but its spelling may not be this grammar's
-                break
         if states >= 80 and len(schemas) >= 3 and counted >= 10:
             break
     assert states >= 80 and len(schemas) >= 3 and counted >= 10 and escapes > 0, (
@@ -551,16 +559,9 @@ def test_the_key_and_pattern_certificates_admit_only_what_a_parse_admits(smol_to
         table, done = g._tokenizer.content_after, g._completer
         text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
                           ensure_ascii=False)  # fmt: skip
-        s = g.initial_state
-        for token in smol_tokenizer.encode(text)[:200]:
-            witness = g.completion(s)
-            if witness is None:
-                break
-            room = len(witness) + 3  # binds: a content token keeps the witness's length
-            inside = g._inside_string(s, tuple(witness), lambda used: [], room)
-            keep = g._within(s, room) if inside is not None else None
-            shared = g._room(s, room)[2] if inside is not None else None
-            if shared is not None and inside[1] is not None and kind(s, witness) == mode:
+        for s, witness, room, keep, shared in _checked_steps(g, smol_tokenizer.encode(text)[:200]):
+            inside = None if shared is None else g._inside_string(s, witness, lambda _: [], room)
+            if inside is not None and inside[1] is not None and kind(s, witness) == mode:
                 unsafe = inside[1]
                 content, ends = shared[:2]
                 candidates = np.flatnonzero(g._bits(s) & (table[: g._n] >= 0))
@@ -575,9 +576,6 @@ def test_the_key_and_pattern_certificates_admit_only_what_a_parse_admits(smol_to
                     spoken += bool(content[y])
                 states += 1
                 schemas.add(row["description"])
-            s = g.next_state(s, token)
-            if s is None:
-                break
         if states >= 40 and len(schemas) >= 2:
             break
     assert states >= 40 and len(schemas) >= 2 and spoken > 0, (states, spoken, schemas)
