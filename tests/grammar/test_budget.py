@@ -581,6 +581,22 @@ def test_the_key_and_pattern_certificates_admit_only_what_a_parse_admits(smol_to
     assert states >= 40 and len(schemas) >= 2 and spoken > 0, (states, spoken, schemas)
 
 
+def test_a_pattern_anchored_at_the_start_is_not_certified_for_another_reading(smol_tokenizer):
+    """``anyOf`` of ``^[a-z]+$`` and ``^[0-9]{9}$``: after ``"`` the witness writes ``a"``. Had
+    the first been marked as a class repeated, markers then ``a"`` would certify the digit
+    ``1`` at a room of 2, whose only completions are eight more digits (the marked reading
+    is not the one ``1`` leaves): it is refused, and its next state keeps a true bound."""
+    schema = {"anyOf": [{"type": "string", "pattern": "^[a-z]+$"},
+                        {"type": "string", "pattern": "^[0-9]{9}$"}]}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    s = g.walk(smol_tokenizer.encode('"'))
+    one = smol_tokenizer.convert_tokens_to_ids("1")
+    assert smol_tokenizer.decode(list(g.completion(s))) == 'a"'
+    for remaining in (3, 4, 5):
+        assert not g.admissible(s, remaining)[one]
+    assert g.tokens_to_accept(g.next_state(s, one)) >= 9
+
+
 def test_the_key_certificate_leaves_a_listed_name_to_its_own_value():
     """The other keys' lexeme is marked with its own byte where its listed names read back
     from the exclusion (every spelling of every character), and only then."""

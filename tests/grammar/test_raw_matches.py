@@ -12,22 +12,30 @@ from hypothesis import strategies as st
 
 from hf_fvo.grammar.schema.patterns import marked_content, raw_matches
 
-# 40 of the 99 patterns of the development set (MaskBench and JSONSchemaBench, ../shared/
-# realworld; nobody here wrote them) that marked_content marks, drawn with random.seed(1)
+# the development set's patterns (MaskBench and JSONSchemaBench, ../shared/realworld; nobody
+# here wrote them) that marked_content marks, of 41 drawn with random.seed(1) from those it
+# marked while anchored class loops were marked too
 PATTERNS = [
-    "", "([A-Z]{2})", "([A-Za-z_]\\w+\\\\)*([A-Za-z_]\\w+)", ".*",
-    "/api/v1/user_identities/\\d+/pdf_manager_templates/\\d+", "B", "[0-9]+",
-    "[0-9]+(\\.[0-9]+){3}", "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]+Z",
-    "[A-Za-z0-9-_.:]{1,255}", "\\*|((<=|le|<>|!=|ne|<|lt|==|=|eq|>=|ge|>|gt).*)",
-    "\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}.\\d{6}", "\\{\\{.*\\}\\}",
-    "^(portal)|(console)|(signup)|(libraries)|(swagger)|(X-[a-z0-9\\-]*)$", "^.*$",
-    "^[0-9A-F]*$", "^[0-9a-fA-F]{24}$", "^[0-9a-z-]*$", "^[A-Za-z0-9 _.-]+$",
-    "^[\\w\\-\\.#@\\*\\[\\]\\?]+$", "^[\\w\\-\\.]+$", "^[\\w\\s\\/\\.,:-]+$", "^[\\w_]+$",
-    "^[^,]+$", "^[^.]*$", "^[a-z0-9-]*$", "^[a-z0-9:]+$", "^[a-z0-9]+$", "^[a-z0-9]{10}$",
-    "^[a-zA-Z0-9]*$", "^[a-zA-Z0-9_]+$", "^[a-zA-Z_]+$", "^[a-z\\d\\./-]+$", "^[a-z]+$",
-    "^\\w+$", "^dev|alpha|beta|rc|RC|stable$", "a1", "b2", "c", "hidden",
-    "^method\\.response\\.header\\..+$",  # (and one with a fixed text first: o21852)
-]  # fmt: skip
+    "",
+    "([A-Z]{2})",
+    "([A-Za-z_]\\w+\\\\)*([A-Za-z_]\\w+)",
+    ".*",
+    "/api/v1/user_identities/\\d+/pdf_manager_templates/\\d+",
+    "B",
+    "[0-9]+",
+    "[0-9]+(\\.[0-9]+){3}",
+    "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]+Z",
+    "[A-Za-z0-9-_.:]{1,255}",
+    "\\*|((<=|le|<>|!=|ne|<|lt|==|=|eq|>=|ge|>|gt).*)",
+    "\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}.\\d{6}",
+    "\\{\\{.*\\}\\}",
+    "^(portal)|(console)|(signup)|(libraries)|(swagger)|(X-[a-z0-9\\-]*)$",
+    "^dev|alpha|beta|rc|RC|stable$",
+    "a1",
+    "b2",
+    "c",
+    "hidden",
+]
 _NOT_RAW = re.compile('["\\\\\x00-\x1f\x7f\u2028\u2029]')
 _TOP = 0x2FF  # (drawn characters: up to U+02FF, so that drawing stays fast)
 
@@ -68,10 +76,20 @@ def test_a_marked_text_is_a_match_of_the_pattern_spelled_raw(pattern):
 
 
 def test_what_the_certificate_leaves_unmarked():
-    """Anchored at the start but not a fixed text then a repeated class, flags, assertions,
-    ``{,n}`` (read otherwise by Python and ECMA), a negated class naming ``\\w``; a character
-    never spelled raw is left out of a class, and a literal one leaves no match."""
-    for pattern in ("^a(b|c)+$", "(?i)a", "a(?=b)", "a{,3}", "[^\\w]", "^[\\S]+$", '"', "a\\\\"):
+    """Anchored at the start (a token outside the class would leave another reading), flags,
+    assertions, ``{,n}`` (read otherwise by Python and ECMA), a negated class naming ``\\w``;
+    a character never spelled raw is left out of a class, and a literal one leaves no match."""
+    for pattern in (
+        "^[a-z]+$",
+        "^method\\.response\\.header\\..+$",
+        "(?i)a",
+        "a(?=b)",
+        "a{,3}",
+        "[^\\w]",
+        "^[\\S]+$",
+        '"',
+        "a\\\\",
+    ):
         assert marked_content(pattern, "F", "M") is None, pattern
     assert raw_matches("^a") is None
     regex, end = raw_matches('[a"]b$')

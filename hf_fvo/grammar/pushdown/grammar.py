@@ -1081,10 +1081,9 @@ class PushdownGrammar(Grammar):
         array), and only the certified are settled (a token may finish the match sooner).
         Where the witness finishes a match the string began, the schema's closing within
         ``room`` (:meth:`_closed`: a whole match, then the rest) is asked instead; the third
-        item is the completion the markers were asked with. For ``^C{m,n}$`` the marked
-        lexeme is C's raw characters or the marker, m to n times: a token all of whose
-        characters C takes (the mask admits no other there) leaves the lexeme where as many
-        markers do, so the free string's argument holds, counted."""
+        item is the completion the markers were asked with. A pattern anchored at the start
+        is not marked: a token outside its characters would leave another reading than the
+        one the markers were certified in (``anyOf`` of ``^[a-z]+$`` and ``^[0-9]{9}$``)."""
         if self._marked is None or state._utf8 != 0:
             return None
         matcher = self._marked.parser(state, required=False)

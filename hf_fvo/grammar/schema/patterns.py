@@ -212,37 +212,24 @@ def marked_content(pattern: str, free: str, mark: str) -> str | None:
     r"""The content of a string lexeme the budget rule's certificate may mark (``mark``, a
     regex of its marker byte) for a string of ``pattern``: free text (``free``, a regex of one
     raw character, or the marker), a raw match (:func:`raw_matches`), free text (none after a
-    final ``$``); or, for ``^C{m,n}$`` (one character or class, repeated; ``*``, ``+``, ``?``
-    alike; after a fixed text: ``^ab-C{m,n}$``), C's raw characters or the marker, m to n
-    times. Its texts without the marker are matches of ``pattern``; ``None`` where it is
-    neither form.
+    final ``$``). Its texts without the marker are matches of ``pattern``, and every raw
+    content keeps it open (free text comes first), which the certificate needs: a pattern
+    anchored at the start (``^[a-z]+$``) is not marked, since a token outside its class would
+    leave another reading (``anyOf`` with ``^[0-9]{9}$``) than the one the markers were
+    certified in. ``None`` where ``raw_matches`` is.
 
     Example:
         >>> from hf_fvo.grammar.schema.patterns import marked_content
-        >>> marked_content("^[a-c]{2,}$", "F", "M")
-        '(?:[\\x{61}-\\x{63}]|M){2,}'
         >>> marked_content("ab", "F", "M")
         '(?:F|M)*(?:\\x{61}\\x{62})(?:F|M)*'
+        >>> marked_content("^[a-c]+$", "F", "M") is None
+        True
     """
     found = raw_matches(pattern)
-    if found is not None:
-        regex, end = found
-        return f"(?:{free}|{mark})*(?:{regex})" + ("" if end else f"(?:{free}|{mark})*")
-    sre = _sre()
-    items = _items(pattern, start=True)
-    if (items is None or len(items) < 3 or items[0] != (sre.AT, sre.AT_BEGINNING)
-            or items[-1] != (sre.AT, sre.AT_END) or items[-2][0] is not sre.MAX_REPEAT
-            or any(op is not sre.LITERAL for op, _ in items[1:-2])):  # fmt: skip
+    if found is None:
         return None
-    head = _spell(items[1:-2])  # (a fixed text first: the loop's state once it is written)
-    lo, hi, body = items[-2][1]
-    if head is None or len(body) != 1 or body[0][0] not in (sre.LITERAL, sre.NOT_LITERAL,
-                                                            sre.ANY, sre.IN):  # fmt: skip
-        return None
-    single = _one(*body[0])
-    if single is None:
-        return None
-    return f"{head}(?:{single}|{mark}){{{lo},{'' if hi is sre.MAXREPEAT else hi}}}"
+    regex, end = found
+    return f"(?:{free}|{mark})*(?:{regex})" + ("" if end else f"(?:{free}|{mark})*")
 
 
 def _sre() -> Any:
@@ -251,16 +238,16 @@ def _sre() -> Any:
     return sre
 
 
-def _items(pattern: str, start: bool = False) -> list[Any] | None:
+def _items(pattern: str) -> list[Any] | None:
     """The top-level items of ``pattern``'s parse tree, where it is read alike by Python and
-    ECMA and has no flags (``start``: a leading ``^`` is allowed; else ``None`` for it)."""
+    ECMA, has no flags and no leading ``^`` (free text cannot come first)."""
     if re.search(r"\{,", pattern) or regex_problem(pattern, "") is not None:
         return None
     tree = python_tree(pattern, strict=True)
     if tree is None or tree.state.flags & ~re.UNICODE:
         return None
     items = list(tree)
-    if not start and items and items[0][0] is _sre().AT:
+    if items and items[0][0] is _sre().AT:
         return None  # (anchored at the start: free text cannot come first)
     return items
 
