@@ -150,6 +150,13 @@ class PushdownTokenizer:
         return np.array([b"\\" in (b or b"") for b in self.vocab.token_bytes], dtype=np.uint8)
 
     @functools.cached_property
+    def not_raw_whole(self) -> np.ndarray:
+        """Per token id below the vocabulary's size (0/1 bytes): whether it is not whole raw
+        string content (it has a backslash, or ends inside a character or an escape): what
+        the pattern certificate does not speak for."""
+        return self.backslashed | (self.content_after[: len(self.vocab)] != 0)
+
+    @functools.cached_property
     def sizes(self) -> np.ndarray:
         """Per token id, how many bytes it spells (the order a budget's searches try tokens)."""
         return np.array([len(b or b"") for b in self.vocab.token_bytes], dtype=np.int64)
@@ -402,9 +409,8 @@ def marked_definition(
     content of such a lexeme for a pattern, given regexes of a free character and of the
     byte: :func:`~hf_fvo.grammar.schema.patterns.marked_content`), a string leaf of a
     ``pattern`` alone also takes that lexeme: free text, a raw match, free text (not after a
-    final ``$``), the free characters raw or that byte; or, for ``^C{m,n}$``, C or that
-    byte m to n times. On text without those bytes both grammars say the same (that
-    lexeme's texts are the leaf's).
+    final ``$``), the free characters raw or that byte. On text without those bytes both
+    grammars say the same (that lexeme's texts are the leaf's).
 
     Example:
         >>> from hf_fvo.grammar.pushdown.engine import json_lark_definition, marked_definition

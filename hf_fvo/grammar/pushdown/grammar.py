@@ -1113,7 +1113,9 @@ class PushdownGrammar(Grammar):
             return by_count(tok.marker[1], witness, self._counted), None, witness
         if self._key_names and takes(tok.key_marker) and completes(tok.key_marker[1], 1, witness):
             unsafe = self._unsafe_keys(state)
-            return None if unsafe is None else (by_count(0, witness, False), unsafe, witness)
+            if unsafe is None:
+                return None
+            return by_count(tok.key_marker[1], witness, False), unsafe, witness
         pattern = tok.pattern_marker
         if not takes(pattern):
             return None
@@ -1123,8 +1125,7 @@ class PushdownGrammar(Grammar):
             if not used or not completes(pattern[1], 1, used):
                 return None
         # (raw characters, whole: the marked lexeme's free text)
-        unsafe = tok.backslashed | (tok.content_after[: self._n] != 0)
-        return by_count(pattern[1], used, True), unsafe, used
+        return by_count(pattern[1], used, True), tok.not_raw_whole, used
 
     def _unsafe_keys(self, state: PushdownState) -> np.ndarray | None:
         """Inside a key, per token id (0/1): whether y may still make the key one of the names
