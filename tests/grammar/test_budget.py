@@ -1071,3 +1071,39 @@ def test_a_member_is_admitted_whole_at_exactly_its_own_length(smol_tokenizer, ro
         assert admitted[y], (t, smol_tokenizer.decode(ids[:t])[-40:], smol_tokenizer.decode([y]))
         if t < len(ids):
             state = g.next_state(state, y)
+
+
+FRESH = Path(__file__).resolve().parents[1] / "data" / "fresh_states.jsonl"
+
+
+@pytest.mark.parametrize("row", [json.loads(line) for line in FRESH.open()],
+                         ids=lambda row: row["description"].split("/")[-1])  # fmt: skip
+def test_a_state_s_set_does_not_depend_on_whether_its_parents_sets_were_asked(smol_tokenizer, row):
+    """MaskBench members (real schemas and instances; compact, the schema's key order) at
+    exactly their tokens plus EOS: at the listed steps, the set of a state reached with
+    ``next_state`` alone equals the set of the same state on a grammar that asked every earlier
+    step's set (as ``generate()`` does), and both admit the member's next token. Before, the
+    fresh state found no completion that fits where the walked one inherited its parent's
+    (an anchored pattern begun: ``"pbj:gdbots``; a ``oneOf`` whose first branch is the longer;
+    a token ending inside a character or an escape; ``..."``), or the walked one's inherited
+    completion wrote characters that left fewer to a ``maxLength`` string."""
+    from hf_fvo.eval.instances import in_schema_order
+
+    schema = row["schema"]
+    ids = smol_tokenizer.encode(json.dumps(in_schema_order(row["data"], schema),
+                                           ensure_ascii=False, separators=(",", ":")))  # fmt: skip
+    budget = len(ids) + 1
+    walked = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    state, asked = walked.initial_state, {}
+    for t, y in enumerate(ids[: max(row["steps"]) + 1]):
+        admitted = walked.admissible(state, budget - t)
+        if t in row["steps"]:
+            asked[t] = admitted
+        state = walked.next_state(state, y)
+    for t in row["steps"]:
+        fresh = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+        admitted = fresh.admissible(fresh.walk(ids[:t]), budget - t)
+        before = smol_tokenizer.decode(ids[:t])[-30:]
+        assert admitted[ids[t]] and asked[t][ids[t]], (t, before)
+        differ = (admitted ^ asked[t]).nonzero().flatten().tolist()
+        assert not differ, (t, before, [smol_tokenizer.decode([i]) for i in differ[:8]])

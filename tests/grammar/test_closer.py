@@ -112,3 +112,34 @@ def test_every_prefix_of_every_valid_instance_is_read_and_closed_to_well_formed_
             if member and not (lexeme and lexeme.escape):
                 assert cursor.closings(), text[: i + 1][-60:]
     assert read > 10_000
+
+
+def test_a_string_begun_under_an_anchored_pattern_is_finished_to_a_match():
+    """``"pbj:gd`` under ``^pbj:[a-z]+:[a-z]+$`` (MaskBench o42568's kind): the closing
+    finishes the match the text began; the pattern's shortest match after it would not."""
+    schema = {"type": "string", "pattern": "^pbj:[a-z]+:[a-z]+$"}
+    assert _closed(schema, '"pbj:gd')[0] == ':a"'
+
+
+def test_the_cheapest_branch_closes_an_object_first():
+    """A ``oneOf`` whose first branch needs more keys (MaskBench o65917's kind): the first
+    closing is the shorter branch's, whatever order the schema lists them in."""
+    long = {
+        "required": ["status", "mode", "user", "group"],
+        "properties": {k: {"type": "string"} for k in ("status", "mode", "user", "group")},
+    }
+    short = {"required": ["error"], "properties": {"error": {"type": "string"}}}
+    schema = {"type": "object", "properties": {"name": {"type": "string"}},
+              "required": ["name"], "oneOf": [long, short]}  # fmt: skip
+    assert _closed(schema, '{"name":"x"')[0] == ',"error":""}'
+
+
+@pytest.mark.parametrize("prefix, head", [
+    (b'"a\\', b'\\"'),  # an escaped backslash, then the quote
+    (b'"a\\u00', b'41"'),  # \u0041, then the quote
+    ('"é'.encode()[:2], b'\x80"'),  # the first valid continuation byte, then the quote
+])  # fmt: skip
+def test_a_character_or_escape_left_open_is_finished_before_the_closing(prefix, head):
+    cursor = JsonCursor.start({"type": "string"}).feed(prefix)
+    closing = next(cursor.each_closing_bytes())
+    assert closing == head and json.loads(prefix + closing) is not None

@@ -577,7 +577,8 @@ class PushdownGrammar(Grammar):
         written in place of the witness's first bytes, as many as y spells or as many as y has
         characters (a character for a character: a string of fixed length), or in place of
         its leading plain bytes (:func:`_plain`: a lexeme's whole content, as a key's
-        ``iversity`` stands for the witness's ``aa``); else y, then one of the schema's
+        ``iversity`` stands for the witness's ``aa``), or y's own content then the witness's
+        first bytes (``..."`` before the witness's ``"]}``); else y, then one of the schema's
         pattern texts (:meth:`_written`), then the witness past its plain bytes (inside an
         unanchored pattern: content, then a whole match, then what closes the string).
 
@@ -588,7 +589,7 @@ class PushdownGrammar(Grammar):
         they keep failing (nothing fits a small room) they stop after a few thousand: never a
         search."""
         state, room, keep, heirs = check
-        done, tok = self._completer, self._tokenizer
+        done, tok, spelled = self._completer, self._tokenizer, self._vocab.token_bytes
         matcher = state._matcher
         rests, plain = (self._suffixes(state, text), _plain(text)) if text else ([()], 0)
         made: dict[tuple[int, int], tuple[int, ...] | None] = {}
@@ -632,6 +633,11 @@ class PushdownGrammar(Grammar):
                     and done.parses(matcher, (y, *tail))):  # fmt: skip
                 found = tail  # the witness still completes after y
             tries = [spliced(i, after, fill) for i in (size, count, plain)] if credit > 0 else []
+            if tries and text:  # y's content, then the witness's first bytes: its rest
+                mine = spelled[y]
+                end = mine[_plain(mine) :]
+                if 0 < len(end) < size and text.startswith(end):
+                    tries.append(spliced(len(end), after, fill))
             if tries and after == 0 and good is not None:
                 tries.append(good)
             for k, rest in enumerate(tries if found is None else ()):
@@ -914,8 +920,8 @@ class PushdownGrammar(Grammar):
             if cursor is None:
                 return None
         done = self._completer
-        for text in cursor.each_closing():
-            rest = self._fewest(text.encode())
+        for text in cursor.each_closing_bytes():
+            rest = self._fewest(text)
             if rest is None or len(rest) > room:
                 continue
             if done.accepts(state._matcher, state._utf8, (*head, *rest)):
@@ -1055,8 +1061,11 @@ class PushdownGrammar(Grammar):
         alike; no lexeme ends inside content), beside perhaps others, and more readings only
         add completions. The marked grammar says what the grammar says on text without the
         marker, so y·fill·witness is a member. Where only the uncounted ``STRING`` is marked,
-        one marker stands for any number. tests/grammar/test_budget.py checks certified tokens
-        against a parse per token along the development set's valid instances.
+        one marker stands for any number. Where the witness writes characters before it closes
+        a counted string, the schema's closing (:meth:`_closed`, the string closed now) is
+        asked too, and the completion that certifies more numbers of characters is used.
+        tests/grammar/test_budget.py checks certified tokens against a parse per token along
+        the development set's valid instances.
 
         Where no string reading takes the marker, the lexemes of an object's other keys
         (``KEY_EXTRA``: a free string that is none of the listed names) are asked with their
@@ -1110,7 +1119,17 @@ class PushdownGrammar(Grammar):
             return marker is not None and matcher.validate_tokens([marker[1]]) == 1
 
         if takes(tok.marker) and completes(tok.marker[1], 1, witness):
-            return by_count(tok.marker[1], witness, self._counted), None, witness
+            fits = by_count(tok.marker[1], witness, self._counted)
+            if self._counted and not self._text(witness).startswith(b'"'):
+                # (a witness that writes characters first leaves fewer to a counted string's
+                # tokens: the schema's closing, which closes it now, where it certifies more)
+                closing = tuple(self._closed(state, None, room) or ())
+                if (closing and self._text(closing).startswith(b'"')
+                        and completes(tok.marker[1], 1, closing)):  # fmt: skip
+                    other = by_count(tok.marker[1], closing, True)
+                    if other[counts(closing)].sum() > fits[counts(witness)].sum():
+                        return other, None, closing
+            return fits, None, witness
         if self._key_names and takes(tok.key_marker) and completes(tok.key_marker[1], 1, witness):
             unsafe = self._unsafe_keys(state)
             if unsafe is None:

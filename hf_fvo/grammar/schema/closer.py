@@ -9,15 +9,17 @@ item each is at, the lexeme being written, the schema at each place) and
 :meth:`JsonCursor.closings` writes what finishes it in few bytes —
 
 - the lexeme ended: a key completed to a listed name (required ones first), a string closed
-  (finished to an ``enum`` value, padded to ``minLength``, or given its ``pattern``'s shortest
-  match), a number given the digit it lacks, a literal finished;
+  (finished to an ``enum`` value, padded to ``minLength``, the match of its ``pattern`` it began
+  finished through the pattern's automaton, or given the pattern's shortest match), a number
+  given the digit it lacks, a literal finished;
 - then every open container closed with the required keys and the items it still needs, each
   value the shortest member :func:`~hf_fvo.grammar.schema.instance.shortest_member` builds.
 
 The schema at each place comes from the path: ``properties``, ``patternProperties``,
 ``additionalProperties``, ``prefixItems``, ``items``; ``$ref`` followed, ``allOf`` merged, the
 branches of ``anyOf``/``oneOf`` kept as alternatives. It is a heuristic, never trusted: the
-grammar parses a closing before it certifies anything with it. Pure: no engine import.
+grammar parses a closing before it certifies anything with it. Pure: no engine import (a pattern's
+automaton: :mod:`.continuation`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
+from hf_fvo.grammar.schema.continuation import continuation
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target
 from hf_fvo.grammar.schema.instance import _GiveUp, _Members, _merge, shortest_pattern_text
 
@@ -298,6 +301,33 @@ class JsonCursor:
                 seen.add(text)
                 yield text
 
+    def each_closing_bytes(self) -> Iterator[bytes]:
+        """:meth:`each_closing` as UTF-8, also inside a character or an escape: what finishes
+        it comes first (the first valid continuation bytes; an escaped backslash, or
+        ``\\u0041``'s digits), then what closes the text after it.
+
+        Example:
+            >>> from hf_fvo.grammar.schema.closer import JsonCursor
+            >>> cursor = JsonCursor.start({"type": "string"}).feed('"é'.encode()[:2])
+            >>> cursor.closings(), next(cursor.each_closing_bytes())
+            ([], b'\\x80"')
+            >>> next(JsonCursor.start({"type": "string"}).feed(rb'"a\\u0').each_closing_bytes())
+            b'041"'
+        """
+        head, cursor = b"", self
+        if cursor._pending:
+            fill = _utf8_fill(cursor._pending)
+            cursor = None if fill is None else cursor.feed(fill)
+            head += fill or b""
+        lexeme = None if cursor is None else cursor._lexeme
+        if cursor is not None and not cursor._pending and lexeme is not None and lexeme.escape:
+            fill = _escape_fill(lexeme.escape).encode()
+            cursor = cursor.feed(fill)
+            head += fill
+        if cursor is None or cursor._pending or (cursor._lexeme and cursor._lexeme.escape):
+            return
+        yield from (head + text.encode() for text in cursor.each_closing())
+
     def _closing(self, variant: int) -> str | None:
         schema = self._schema
         stack, parts, lexeme = list(self._stack), [], self._lexeme
@@ -366,6 +396,9 @@ class JsonCursor:
         for node in top.nodes:
             patterns = node.get("patternProperties") if isinstance(node, dict) else None
             for pattern in patterns if isinstance(patterns, dict) else ():
+                rest = continuation(pattern, begun)  # (the key begun, finished to a match)
+                if rest is not None:
+                    patterned.append(begun + rest)
                 text = shortest_pattern_text(pattern)
                 if text is not None:
                     patterned += [text] if text.startswith(begun) else [begun + text]
@@ -376,10 +409,13 @@ class JsonCursor:
         return [n for n in dict.fromkeys(names) if n not in top.keys]
 
     def _object_rest(self, top: _Frame, choose: Any) -> str | None:
-        """The keys an object still needs (required, then listed up to ``minProperties``),
-        each with its shortest value, and ``}``."""
-        nodes = top.nodes or ({},)
-        node = choose(list(nodes))
+        """What closes an object: per schema alternative at the object, the keys it still
+        needs (required, then listed up to ``minProperties``), each with its shortest value,
+        and ``}``; the cheapest alternatives first."""
+        return choose(self._cheapest(self._object_rest_of(top, node)
+                                     for node in top.nodes or ({},)))  # fmt: skip
+
+    def _object_rest_of(self, top: _Frame, node: Any) -> str | None:
         props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
         need = [n for n in node.get("required", []) if isinstance(n, str)]
         names = [n for n in [*props, *need] if n in need and n not in top.keys]
@@ -404,8 +440,12 @@ class JsonCursor:
         return "".join(parts) + "}"
 
     def _array_rest(self, top: _Frame, choose: Any) -> str | None:
-        """The items an array still needs (``minItems``; one after a comma), and ``]``."""
-        node = choose(list(top.nodes or ({},)))
+        """What closes an array: per schema alternative at the array, the items it still
+        needs (``minItems``; one after a comma) and ``]``; the cheapest alternatives first."""
+        return choose(self._cheapest(self._array_rest_of(top, node)
+                                     for node in top.nodes or ({},)))  # fmt: skip
+
+    def _array_rest_of(self, top: _Frame, node: Any) -> str | None:
         need = max(_count(node.get("minItems")), top.count + (top.expect == "value"))
         parts = []
         for i in range(top.count, need):
@@ -416,6 +456,10 @@ class JsonCursor:
         if top.expect == "value" and parts and parts[0].startswith(","):
             parts[0] = parts[0][1:]  # (the comma is written)
         return "".join(parts) + "]"
+
+    def _cheapest(self, rests: Iterator[str | None]) -> list[str]:
+        """The rests written, distinct, the cheapest first (ties: as the schema lists them)."""
+        return sorted(dict.fromkeys(r for r in rests if r is not None), key=self._schema.cost)
 
 
 _BROKEN: Any = object()  # a character that makes the text not JSON
@@ -510,6 +554,9 @@ def _lexeme_ends(lexeme: _Lexeme) -> list[str]:
         if isinstance(pattern, str):
             found = _matches(pattern, text)
             if found is False:
+                rest = continuation(pattern, text)  # (what the text began, finished)
+                if rest is not None:
+                    ends.append(_escaped(rest) + '"')
                 match = shortest_pattern_text(pattern)
                 if match is not None:
                     ends.append(_escaped(match) + '"')
@@ -525,6 +572,32 @@ def _matches(pattern: str, text: str) -> bool | None:
         return re.search(pattern, text) is not None
     except re.error:
         return None
+
+
+def _escape_fill(escape: str) -> str:
+    """What finishes a begun escape (``\\`` or ``\\u`` and some hex digits): a backslash
+    escaped, or the digits of ``\\u0041`` (``A``) it does not contradict (else zeros)."""
+    if escape == "\\":
+        return "\\"
+    digits = escape[2:]
+    return "0041"[len(digits) :] if "0041".startswith(digits) else "0" * (4 - len(digits))
+
+
+def _utf8_fill(pending: bytes) -> bytes | None:
+    """The first continuation bytes that make ``pending`` (a character's first bytes) a whole
+    character; ``None`` where none do."""
+    size = 2 if pending[0] < 0xE0 else 3 if pending[0] < 0xF0 else 4
+    missing = size - len(pending)
+    if missing <= 0:
+        return None
+    for second in range(0x80, 0xC0):
+        fill = bytes([second]) + b"\x80" * (missing - 1)
+        try:
+            (pending + fill).decode()
+        except UnicodeDecodeError:
+            continue
+        return fill
+    return None
 
 
 def _complete_utf8(data: bytes) -> int:
