@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--suite", default="maskbench",
                         choices=["transcribe", "shorten", "maskbench"])  # fmt: skip
     parser.add_argument("--layout", default=None, choices=["pretty", "compact"],
-                        help="default: compact for maskbench, pretty for the task suites")  # fmt: skip
+                        help="default: compact (maskbench), pretty (the task suites)")  # fmt: skip
     parser.add_argument("--every", type=int, default=4, help="every N-th task")
     parser.add_argument("--at", type=int, default=5, help="compare every N-th step")
     parser.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
