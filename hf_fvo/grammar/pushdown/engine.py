@@ -157,6 +157,11 @@ class PushdownTokenizer:
         return self.backslashed | (self.content_after[: len(self.vocab)] != 0)
 
     @functools.cached_property
+    def plain_lengths(self) -> np.ndarray:
+        """Per token id, how many of its first bytes are plain (:func:`plain_length`)."""
+        return np.array([plain_length(b or b"") for b in self.vocab.token_bytes], dtype=np.int64)
+
+    @functools.cached_property
     def sizes(self) -> np.ndarray:
         """Per token id, how many bytes it spells (the order a budget's searches try tokens)."""
         return np.array([len(b or b"") for b in self.vocab.token_bytes], dtype=np.int64)
@@ -292,6 +297,22 @@ class PushdownTokenizer:
                 {},
             ))  # fmt: skip
         return tuple(out)
+
+
+def plain_length(text: bytes) -> int:
+    """How many of ``text``'s first bytes are plain printable ASCII other than a quote or a
+    backslash: a lexeme's content (a key's or a string's letters), which content a token may
+    replace.
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown.engine import plain_length
+        >>> plain_length(b'ab"}'), plain_length(b'"x')
+        (2, 0)
+    """
+    plain = 0
+    while plain < len(text) and 0x20 <= text[plain] < 0x7F and text[plain] not in b'"\\':
+        plain += 1
+    return plain
 
 
 def _probe_suffixes() -> int:

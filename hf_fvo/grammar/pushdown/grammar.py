@@ -39,6 +39,7 @@ from hf_fvo.grammar.pushdown.engine import (
     key_names,
     limits,
     marked_definition,
+    plain_length,
     probe_definition,
     translate_error,
 )
@@ -539,7 +540,7 @@ class PushdownGrammar(Grammar):
         (:class:`~hf_fvo.grammar.pushdown.state.Loose`). Each parse spends one of ``work``."""
         done = self._completer
         rests = self._splices(state, room, text) if splices is None else splices
-        for i in self._splice_order(y, _plain(text), rests):
+        for i in self._splice_order(y, plain_length(text), rests):
             if work is not None and not work.spend():
                 return None
             if done.accepts(state._matcher, state._utf8, (y, *rests[i])):
@@ -547,11 +548,11 @@ class PushdownGrammar(Grammar):
         return None
 
     def _splices(self, state: PushdownState, room: int, text: bytes) -> dict[int, tuple[int, ...]]:
-        """By i (1 ≤ i ≤ ``_SPLICE``, and the witness's leading plain bytes, :func:`_plain`):
+        """By i (1 ≤ i ≤ ``_SPLICE``, and the witness's leading plain bytes, :func:`plain_length`):
         the witness's bytes (``text``) less their first i, in the fewest tokens, where that
         fits in ``room``; the same for every token."""
         rests = self._suffixes(state, text) if text else ()
-        cuts = [*range(1, min(len(text), _SPLICE) + 1), _plain(text)]
+        cuts = [*range(1, min(len(text), _SPLICE) + 1), plain_length(text)]
         return {i: rest for i in cuts
                 if i and (rest := rests[i]) is not None and len(rest) <= room}  # fmt: skip
 
@@ -576,7 +577,7 @@ class PushdownGrammar(Grammar):
         one; not where the probe answered that, ``probed``) or that stand for a part of it: y
         written in place of the witness's first bytes, as many as y spells or as many as y has
         characters (a character for a character: a string of fixed length), or in place of
-        its leading plain bytes (:func:`_plain`: a lexeme's whole content, as a key's
+        its leading plain bytes (:func:`plain_length`: a lexeme's whole content, as a key's
         ``iversity`` stands for the witness's ``aa``), or y's own content then the witness's
         first bytes (``..."`` before the witness's ``"]}``); else y, then one of the schema's
         pattern texts (:meth:`_written`), then the witness past its plain bytes (inside an
@@ -591,7 +592,7 @@ class PushdownGrammar(Grammar):
         state, room, keep, heirs = check
         done, tok, spelled = self._completer, self._tokenizer, self._vocab.token_bytes
         matcher = state._matcher
-        rests, plain = (self._suffixes(state, text), _plain(text)) if text else ([()], 0)
+        rests, plain = (self._suffixes(state, text), plain_length(text)) if text else ([()], 0)
         made: dict[tuple[int, int], tuple[int, ...] | None] = {}
 
         def spliced(i: int, after: int, fill: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -615,9 +616,9 @@ class PushdownGrammar(Grammar):
         last, last_after = None, -2  # what certified the last candidate (content is alike)
         then: list[int] = []  # last, then EOS: what a parse after y asks first
         sizes, chars = tok.sizes[cand].tolist(), tok.characters[cand].tolist()
-        afters = self._utf8_next[state._utf8, cand].tolist()
-        for y, size, count, after, asked in zip(cand.tolist(), sizes, chars, afters,
-                                                probed[cand].tolist(), strict=True):  # fmt: skip
+        afters, plains = self._utf8_next[state._utf8, cand].tolist(), tok.plain_lengths[cand]
+        rows = zip(cand.tolist(), sizes, chars, afters, probed[cand].tolist(), strict=True)
+        for j, (y, size, count, after, asked) in enumerate(rows):
             if after == last_after:  # the fast way: one parse, as alike content needs
                 seq = [y, *then]
                 if matcher.validate_tokens(seq) == len(seq):
@@ -633,10 +634,9 @@ class PushdownGrammar(Grammar):
                     and done.parses(matcher, (y, *tail))):  # fmt: skip
                 found = tail  # the witness still completes after y
             tries = [spliced(i, after, fill) for i in (size, count, plain)] if credit > 0 else []
-            if tries and text:  # y's content, then the witness's first bytes: its rest
-                mine = spelled[y]
-                end = mine[_plain(mine) :]
-                if 0 < len(end) < size and text.startswith(end):
+            if tries and text and 0 < plains[j] < size:  # y's content, then the witness's
+                end = spelled[y][plains[j] :]  # first bytes: the witness's rest
+                if text.startswith(end):
                     tries.append(spliced(len(end), after, fill))
             if tries and after == 0 and good is not None:
                 tries.append(good)
@@ -880,7 +880,7 @@ class PushdownGrammar(Grammar):
         for y in uncertified.tolist():  # in that order, until the work is spent
             if budget is not None and not budget.left:
                 break  # (the rest are excluded: sound, perhaps not every member)
-            plain = _plain(spelled[y])
+            plain = int(self._tokenizer.plain_lengths[y])
             end = spelled[y][plain:] if plain else b""
             found = None
             if (end in ends and (budget is None or budget.spend())
@@ -1187,7 +1187,7 @@ class PushdownGrammar(Grammar):
         ``]]]`` admits ``USD`` (a fixed length leaves no room to add characters to the
         witness's, so :meth:`_inside_string` certifies none there)."""
         state, room, keep, heirs = check
-        plain = _plain(text)
+        plain = plain_length(text)
         if not plain:
             return
         tok = self._tokenizer
@@ -1394,16 +1394,6 @@ class _Check(NamedTuple):
     room: int
     keep: np.ndarray
     heirs: dict[int, tuple[int, ...]]
-
-
-def _plain(text: bytes) -> int:
-    """How many of ``text``'s first bytes are plain printable ASCII other than a quote or a
-    backslash: a lexeme's content (a key's or a string's letters), which content a token may
-    replace."""
-    plain = 0
-    while plain < len(text) and 0x20 <= text[plain] < 0x7F and text[plain] not in b'"\\':
-        plain += 1
-    return plain
 
 
 @functools.cache
