@@ -37,6 +37,7 @@ __all__ = ["JsonCursor"]
 
 _ALTERNATIVES = 8  # schema alternatives kept per place (anyOf/oneOf branches)
 _CLOSINGS = 4  # closings written per prefix (the innermost choice varied)
+_RESTS = 4096  # containers' rests kept per schema, by frame
 _DEPTH = 16  # $ref, anyOf and allOf levels followed at one place
 _WS = " \t\n\r"
 _LITERALS = {"t": "true", "f": "false", "n": "null"}
@@ -77,6 +78,9 @@ class _Schema:
         self.defs = definitions_of(root)
         self.kept: dict[int, tuple[Any, tuple[Any, ...]]] = {}  # id → (node, alternatives)
         self.cheapest: dict[int, tuple[Any, str | None]] = {}  # id → (node, cheapest text)
+        # a container's rests by its frame (kind, alternatives' ids, keys, count, expected):
+        # every closing of every prefix with that frame writes the same
+        self.rests: dict[tuple[Any, ...], tuple[tuple[Any, ...], list[str]]] = {}
 
     def alternatives(self, node: Any) -> tuple[Any, ...]:
         """The schemas ``node`` may stand for here: ``$ref`` followed, ``allOf`` merged, each
@@ -412,8 +416,7 @@ class JsonCursor:
         """What closes an object: per schema alternative at the object, the keys it still
         needs (required, then listed up to ``minProperties``), each with its shortest value,
         and ``}``; the cheapest alternatives first."""
-        return choose(self._cheapest(self._object_rest_of(top, node)
-                                     for node in top.nodes or ({},)))  # fmt: skip
+        return choose(self._cheapest(top, self._object_rest_of))
 
     def _object_rest_of(self, top: _Frame, node: Any) -> str | None:
         props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
@@ -442,8 +445,7 @@ class JsonCursor:
     def _array_rest(self, top: _Frame, choose: Any) -> str | None:
         """What closes an array: per schema alternative at the array, the items it still
         needs (``minItems``; one after a comma) and ``]``; the cheapest alternatives first."""
-        return choose(self._cheapest(self._array_rest_of(top, node)
-                                     for node in top.nodes or ({},)))  # fmt: skip
+        return choose(self._cheapest(top, self._array_rest_of))
 
     def _array_rest_of(self, top: _Frame, node: Any) -> str | None:
         need = max(_count(node.get("minItems")), top.count + (top.expect == "value"))
@@ -457,9 +459,18 @@ class JsonCursor:
             parts[0] = parts[0][1:]  # (the comma is written)
         return "".join(parts) + "]"
 
-    def _cheapest(self, rests: Iterator[str | None]) -> list[str]:
-        """The rests written, distinct, the cheapest first (ties: as the schema lists them)."""
-        return sorted(dict.fromkeys(r for r in rests if r is not None), key=self._schema.cost)
+    def _cheapest(self, top: _Frame, rest: Callable[[_Frame, Any], str | None]) -> list[str]:
+        """The rests ``rest`` writes per alternative at ``top``, distinct, the cheapest first
+        (ties: as the schema lists them); kept by frame."""
+        nodes = top.nodes or ({},)
+        key = (top.kind, tuple(map(id, nodes)), top.keys, top.key, top.count, top.expect)
+        kept = self._schema.rests
+        if key not in kept:
+            if len(kept) >= _RESTS:
+                kept.clear()
+            found = dict.fromkeys(r for r in (rest(top, n) for n in nodes) if r is not None)
+            kept[key] = (nodes, sorted(found, key=self._schema.cost))  # (nodes: ids stay theirs)
+        return kept[key][1]
 
 
 _BROKEN: Any = object()  # a character that makes the text not JSON
