@@ -77,6 +77,7 @@ class _Machine:
         self.free_start, self.free_end = free_start, free_end
         self.initial = self.final = 0
         self.start: frozenset[int] = frozenset()
+        self.found: dict[frozenset[int], str | None] = {}
 
     def new(self) -> int:
         if len(self.eps) >= _STATES:
@@ -103,7 +104,15 @@ class _Machine:
         return found | self.start if self.free_start else found
 
     def nearest(self, states: frozenset[int]) -> str | None:
-        """The shortest text over :data:`_WRITTEN` from ``states`` to a match, breadth first."""
+        """The shortest text over :data:`_WRITTEN` from ``states`` to a match, breadth first
+        (kept per set: texts that differ often leave the same set)."""
+        if states not in self.found:
+            if len(self.found) >= _VISITS:
+                self.found.clear()
+            self.found[states] = self._nearest(states)
+        return self.found[states]
+
+    def _nearest(self, states: frozenset[int]) -> str | None:
         if self.final in states:
             return ""
         seen, layer = {states}, [(states, "")]
