@@ -975,14 +975,24 @@ def test_a_content_token_written_in_place_of_the_witness_s_characters_is_admitte
 def test_the_work_bound_gives_the_same_sound_set_on_every_run(smol_tokenizer, monkeypatch):
     """At a place where any JSON value may start, 90 candidates need searches where the
     schema's closings are off. With the work bound cut to 300 parser operations the rule
-    stops part-way: it keeps fewer tokens than the unbounded rule, the same tokens in a
-    second grammar compiled apart (no state shared), and only tokens whose recorded witness
-    completes within the room. With the closings on, the same bound keeps the whole set:
-    each of those tokens has a closing that fits, one parse each."""
+    stops part-way: the check's budget is spent and never overdrawn, and it keeps fewer
+    tokens than the unbounded rule, the same tokens in a second grammar compiled apart (no
+    state shared), and only tokens whose recorded witness completes within the room. With the
+    closings on and the default bound, it keeps the whole set: each of those tokens has a
+    closing that fits."""
     import pickle
 
     import hf_fvo.grammar.pushdown.grammar as pushdown
 
+    checks = []
+
+    class Recorded(pushdown.Work):  # (the checks' own budgets, not their parts)
+        def __init__(self, left, parent=None):
+            super().__init__(left, parent)
+            if parent is None and left == 300:
+                checks.append(self)
+
+    monkeypatch.setattr(pushdown, "Work", Recorded)
     monkeypatch.setattr(pushdown, "_STEP_WORK", 300)
     monkeypatch.setattr(pushdown, "_CLOSE_CREDIT", 0)
     task = _task("BFCL_java_37.json")
@@ -992,7 +1002,10 @@ def test_the_work_bound_gives_the_same_sound_set_on_every_run(smol_tokenizer, mo
     for grammar in (g, pickle.loads(pickle.dumps(g))):  # (a copy compiles its own states)
         state = grammar.walk(prefix)
         room = 60
+        checks.clear()
         kept = grammar._within(state, room, pushdown._STEP_WORK)
+        budget = checks[0]  # (made first; a witness search may make another)
+        assert budget.done and budget.spent <= 300, (budget.left, budget.spent)
         sets.append(kept.nonzero()[0].tolist())
         done = grammar._completer
         for y in sets[-1]:
@@ -1004,7 +1017,6 @@ def test_the_work_bound_gives_the_same_sound_set_on_every_run(smol_tokenizer, mo
     whole = g._within(state, 60, None).nonzero()[0].tolist()
     assert set(sets[0]) < set(whole), (len(sets[0]), len(whole))
     monkeypatch.undo()
-    monkeypatch.setattr(pushdown, "_STEP_WORK", 300)
     fresh = pickle.loads(pickle.dumps(g))
     closed = fresh._within(fresh.walk(prefix), 60, pushdown._STEP_WORK).nonzero()[0].tolist()
     assert closed == whole
@@ -1107,3 +1119,50 @@ def test_a_state_s_set_does_not_depend_on_whether_its_parents_sets_were_asked(sm
         assert admitted[ids[t]] and asked[t][ids[t]], (t, before)
         differ = (admitted ^ asked[t]).nonzero().flatten().tolist()
         assert not differ, (t, before, [smol_tokenizer.decode([i]) for i in differ[:8]])
+
+
+def test_a_key_s_content_is_decided_as_one_and_agrees_with_a_search_per_token(smol_tokenizer):
+    """Inside an object's other key (``additionalProperties`` left open), every content token
+    that ends on a character boundary and can spell none of the listed names takes the parser
+    to one state (the key lexeme's, past its excluded names), so the rule decides them as one:
+    one completion searched after the first, shared by all (49k searches, or none, before).
+    At rooms that bind (from below the key's witness to past it), at most one of them is
+    searched or closed, and a fixed-seed sample of them is checked against a decision per
+    token: a kept token's recorded completion fits and
+    parses; a token's own verified completion that fits means it is kept."""
+    import numpy as np
+
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace=None, strict=False)
+    rng = np.random.default_rng(0)
+    done, table = g._completer, g._tokenizer.content_after
+    checked = {True: 0, False: 0}
+    asked = []  # the tokens whose next states were searched or closed
+
+    def recorded(method):
+        def call(state, y, *args, **kwargs):
+            asked.append(y)
+            return method(state, y, *args, **kwargs)
+
+        return call
+
+    g._searched, g._closed = recorded(g._searched), recorded(g._closed)
+    for prefix in ['{ "a":1,"genomeathy', '{"a":1," Warren', '{"a":1,"b']:
+        state = g.walk(smol_tokenizer.encode(prefix))
+        witness = g.completion(state)
+        unsafe = g._unsafe_keys(state)
+        alike = np.flatnonzero(g._bits(state) & (table[: g._n] == 0) & (unsafe[: g._n] ^ 1))
+        assert len(alike) > 10_000, (prefix, len(alike))  # (most of the vocabulary)
+        for room in range(max(0, len(witness) - 2), len(witness) + 2):
+            asked.clear()
+            keep = g._within(state, room)
+            assert len({*asked} & {*alike.tolist()}) <= 1, (prefix, room)  # (one for all)
+            for y in rng.choice(alike, 12, replace=False).tolist():
+                own = g.completion(g.next_state(state, y))
+                if keep[y]:
+                    rest = g._inherited(state, y)
+                    assert len(rest) <= room and done.accepts(state._matcher, 0, (y, *rest))
+                if own is not None and len(own) <= room:
+                    assert keep[y], (prefix, room, smol_tokenizer.decode([y]))
+                checked[bool(keep[y])] += 1
+    assert checked[True] > 0 and checked[False] > 0, checked

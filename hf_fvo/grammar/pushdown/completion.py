@@ -49,30 +49,46 @@ _IDLE = 32  # bytes leaving the allowed bytes unchanged after which a descent tr
 
 
 class Work:
-    """A budget of parser operations (a byte parser's expansion, one parse of a sequence) that
-    searches draw on; once spent, every search that shares it gives up (returns ``None``), so
-    the work behind one admissible set is bounded and the same on every run.
+    """A budget of parser operations that searches and certificates draw on: one advance of a
+    parser (a copy that consumes a token or byte), one mask of the byte parser, one parse of a
+    sequence (``validate_tokens``). Once spent, everything that shares it gives up (a search
+    returns ``None``, a certificate is not tried), so the work behind one admissible set is
+    bounded and the same on every run. A part (:meth:`part`) has a limit of its own and also
+    spends its parent's: a phase of a check may take at most so much of the check's work.
 
     Example:
         >>> from hf_fvo.grammar.pushdown.completion import Work
-        >>> work = Work(2)
-        >>> work.spend(), work.spend(), work.spend(), work.left
-        (True, True, False, 0)
+        >>> work = Work(5)
+        >>> part = work.part(2)
+        >>> part.spend(), part.spend(), part.spend(), work.left
+        (True, True, False, 3)
+        >>> work.spend(3), work.spend(), work.spent
+        (True, False, 5)
     """
 
-    __slots__ = ("left", "spent")
+    __slots__ = ("_parent", "left", "spent")
 
-    def __init__(self, left: int) -> None:
-        self.left, self.spent = int(left), 0
+    def __init__(self, left: int, parent: Work | None = None) -> None:
+        self.left, self.spent, self._parent = int(left), 0, parent
 
     def spend(self, n: int = 1) -> bool:
-        """Take ``n`` operations; ``False`` (taking none) where fewer than ``n`` are left."""
-        if self.left < n:
+        """Take ``n`` operations; ``False`` (taking none) where fewer than ``n`` are left here
+        or in the parent."""
+        if self.left < n or (self._parent is not None and not self._parent.spend(n)):
             self.left = 0
             return False
         self.left -= n
         self.spent += n
         return True
+
+    def part(self, most: int) -> Work:
+        """A share of at most ``most`` operations, spent from this budget as it is used."""
+        return Work(min(most, self.left), self)
+
+    @property
+    def done(self) -> bool:
+        """Whether nothing is left (here or in the parent)."""
+        return self.left <= 0 or (self._parent is not None and self._parent.done)
 
 
 def _spend(work: Work | None, n: int = 1) -> bool:
@@ -417,12 +433,15 @@ class Completer:
                     text += walk
                     left -= len(walk)
             left -= 1
-            if not _spend(work):
+            if not _spend(work, 2):  # (the advance that made it, its mask)
                 return None
             for b in self._allowed_bytes(m, u, every):
                 cu = self._byte_next[u][b]
-                if cu == 0 and m.validate_tokens([b, BYTE_EOS]) == 2:
-                    return text + _BYTES[b]
+                if cu == 0:
+                    if not _spend(work):
+                        return None
+                    if m.validate_tokens([b, BYTE_EOS]) == 2:
+                        return text + _BYTES[b]
                 queue.append((m, b, cu, text))
         return None
 
@@ -482,7 +501,7 @@ class Completer:
                 if len(text) >= limit:
                     continue
                 budget[0] -= 1
-                if budget[0] <= 0 or not _spend(work):
+                if budget[0] <= 0 or not _spend(work, 2):  # (the advance, the mask)
                     return None
                 bits = self._bits(m, u)
                 todo = self._allowed_bytes(m, u, every, bits)

@@ -48,8 +48,8 @@ from hf_fvo.grammar.pushdown.utf8 import STRING_STATES
 
 __all__ = ["PushdownGrammar", "PushdownState"]
 
-_STEP_WORK = 4096  # parser operations one budgeted set's searches may spend (then: excluded)
-_SPLICE_TRIES = 1024  # and its splices (a parse each), before the searches
+_STEP_WORK = 1 << 14  # parser operations a budgeted set may spend past a parse or two a candidate
+_SPLICE_TRIES = 1024  # of which its splices (a parse each), before the closings and searches
 _CONTINUED = 8  # completions found by a check's searches that later candidates may continue
 _CHILD_BREADTH = 64  # and the breadth-first pass that follows where that found none to fit
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
@@ -59,10 +59,12 @@ _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk pe
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
 _TEXT_TRIES = 64  # parses _matched may spend finding which pattern text a string needs
-_MATCH_CREDIT = 4096  # parses _matched's splices may spend before their successes pay for more
+_MATCH_CREDIT = 4096  # of which _matched's splices, before their successes pay for more
 _MATCH_EARN = 3  # parses each success earns them (they go on while one try in three succeeds)
-_SEARCH_WORK = 1 << 14  # parser operations a state's own witness search may spend (then: none)
-_CLOSE_CREDIT = 512  # parses the schema's closings may spend a call (each success earns 3)
+_SEARCH_WORK = 1 << 15  # parser operations a state's own witness search may spend (then: none)
+_SHORTER_WORK = 1 << 13  # and its search for one shorter than a loose witness it inherited
+_CLOSE_CREDIT = 2048  # and its closings (each success earns back what it cost, and 3 more)
+_CLOSING = 16  # operations a closing written counts for (the schema cursor's Python: ~100 µs)
 _MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _CURSORS = 4096  # JSON cursors (and closing spellings) kept per grammar, by path (by text)
@@ -324,7 +326,7 @@ class PushdownGrammar(Grammar):
             # depth-first pass inside a date-time pattern made 1.6 million parser advances,
             # 51 s, looking for a shorter one than a Loose witness)
             work = (None if state is self._initial
-                    else Work(_SEARCH_WORK if witness is UNKNOWN else _STEP_WORK))  # fmt: skip
+                    else Work(_SEARCH_WORK if witness is UNKNOWN else _SHORTER_WORK))  # fmt: skip
             found = self._completer.complete(
                 state._matcher, self._bytewise.parser(state), state._utf8,
                 texts=self._written(), work=work,
@@ -584,12 +586,13 @@ class PushdownGrammar(Grammar):
         unanchored pattern: content, then a whole match, then what closes the string).
 
         What certified the previous candidate is tried first (content tokens are alike: one
-        parse each), then the tail (one parse each, as every check takes); the splices and
-        the texts (one a text until one is found that works, then that one) draw on a credit
-        of ``_MATCH_CREDIT`` parses that each success renews by ``_MATCH_EARN``, so where
-        they keep failing (nothing fits a small room) they stop after a few thousand: never a
-        search."""
-        state, room, keep, heirs = check
+        parse each), then the tail (one parse each, as every check takes): at most two parses
+        a candidate, not drawn from the check's work. The splices and the texts (one a text
+        until one is found that works, then that one) draw on a part of the check's work, a
+        credit of ``_MATCH_CREDIT`` parses that each success renews by ``_MATCH_EARN``, so
+        where they keep failing (nothing fits a small room) they stop after a few thousand:
+        never a search."""
+        state, room, keep, heirs, work = check
         done, tok, spelled = self._completer, self._tokenizer, self._vocab.token_bytes
         matcher = state._matcher
         rests, plain = (self._suffixes(state, text), plain_length(text)) if text else ([()], 0)
@@ -612,7 +615,8 @@ class PushdownGrammar(Grammar):
             if rest is not None and len(rest) <= room and done.utf8_after(0, rest) == 0:
                 inserted.append(Loose(rest))
         good, probes = None, _TEXT_TRIES  # the text that works, once found
-        credit = _MATCH_CREDIT  # parses the splices and texts may spend (successes renew it)
+        # the parses the splices and texts may spend (successes renew it), of the check's work
+        credit = Work(_MATCH_CREDIT) if work is None else work.part(_MATCH_CREDIT)
         last, last_after = None, -2  # what certified the last candidate (content is alike)
         then: list[int] = []  # last, then EOS: what a parse after y asks first
         sizes, chars = tok.sizes[cand].tolist(), tok.characters[cand].tolist()
@@ -633,7 +637,7 @@ class PushdownGrammar(Grammar):
             if (tail is not None and (tail is not last or after != last_after)
                     and done.parses(matcher, (y, *tail))):  # fmt: skip
                 found = tail  # the witness still completes after y
-            tries = [spliced(i, after, fill) for i in (size, count, plain)] if credit > 0 else []
+            tries = [] if credit.done else [spliced(i, after, fill) for i in (size, count, plain)]
             if tries and text and 0 < plains[j] < size:  # y's content, then the witness's
                 end = spelled[y][plains[j] :]  # first bytes: the witness's rest
                 if text.startswith(end):
@@ -644,16 +648,15 @@ class PushdownGrammar(Grammar):
                 if (rest is None or any(rest is t for t in tries[:k])
                         or (rest is last and after == last_after)):  # fmt: skip
                     continue  # (asked already)
-                if credit <= 0:
+                if not credit.spend():
                     break
-                credit -= 1
                 if done.parses(matcher, (y, *rest)):
-                    found, credit = rest, credit + _MATCH_EARN
+                    found, credit.left = rest, credit.left + _MATCH_EARN
                     break
             while found is None and good is None and probes and inserted and after == 0:
-                if credit <= 0:
+                if not credit.spend():
                     break
-                probes, credit = probes - 1, credit - 1
+                probes -= 1
                 rest = inserted[probes % len(inserted)]
                 if done.parses(matcher, (y, *rest)):
                     found = good = rest
@@ -738,15 +741,23 @@ class PushdownGrammar(Grammar):
         other token is tried with the witness's splices (:meth:`_spliced`: y standing for its
         first bytes, as a digit stands for a sign), up to ``_SPLICE_TRIES`` parses, then the
         rest have their next states searched (fewest bytes first, each continuing what an
-        earlier one found where it can: :meth:`_continued`), all drawing on ``work`` parser
-        operations (``None``: no bound, and every splice); what the work does not reach is
-        excluded: the rule may drop a member, never admit one that cannot finish in time,
-        and the set is the same on every run."""
+        earlier one found where it can: :meth:`_continued`).
+
+        Beyond a few parses per candidate, each with a completion found for an earlier one
+        (the tail, alike content, an escape's end, the last closing that fitted, the parent's
+        hint), every phase draws on one budget of ``work`` parser operations (:class:`Work`: each
+        parse, advance, byte mask and closing written; ``None``: no bound): a phase stops
+        where it is spent, and what it has not reached is excluded. The set is sound (the
+        rule may drop a member, never admit one that cannot finish in time), the work behind
+        it is bounded whatever the grammar, and it is the same on every run. Not counted: the
+        state's own witness, found once per state under its own bound (``_SEARCH_WORK``), and
+        the probe's masks."""
         done = self._completer
         keep = np.zeros(self._n, dtype=np.uint8)
         entry = self._room(state, room)
         heirs = entry[1]
-        check = _Check(state, room, keep, heirs)
+        step = None if work is None else Work(work)  # every phase below draws on it
+        check = _Check(state, room, keep, heirs, step)
         witness = self._witness_at(state, room)
         if witness is not None and len(witness) > room + 1 and not isinstance(witness, Found):
             # inherited from a check for a larger room (evicted from the shared initial
@@ -786,9 +797,9 @@ class PushdownGrammar(Grammar):
             def counts(used: tuple[int, ...]) -> list[int]:
                 return np.flatnonzero(np.bincount(chars[ended(used)[1] == 1])).tolist()
 
-            inside = self._inside_string(state, tuple(witness), counts, room)
+            inside = self._inside_string(state, tuple(witness), counts, room, step)
         if inside is not None:
-            counted, unsafe, used = inside
+            counted, unsafe, used, key = inside
             ends, fits = ended(used)
             # (a token with more characters than were asked for does not fit)
             content = fits & counted[np.minimum(chars, len(counted) - 1)]
@@ -809,6 +820,21 @@ class PushdownGrammar(Grammar):
                         keep[y] = 1
                         heirs.setdefault(y, end)
                 cand &= keep ^ 1
+                alike = cand & (unsafe ^ 1) & (table[: self._n] == 0) if key else None
+                if alike is not None and alike.any():
+                    # whole characters that spell no listed name, not certified: one parser
+                    # state after each (the docstring of _inside_string), so one completion
+                    # found after the first is one after every one (most of the vocabulary
+                    # at a key: 49k searches, or none)
+                    first = int(np.argmax(alike))
+                    found = self._closed(state, first, room, step)
+                    if found is None:
+                        found = self._searched(state, first, room, step)
+                    if found is not None:
+                        keep |= alike
+                        shared = entry[2]
+                        entry[2] = (shared[0] | alike, {**shared[1], 0: found}, shared[2])
+                    cand &= alike ^ 1
                 if used is not witness:  # (the others: the completion it was asked with)
                     tails = self._tails(used, room)
         pool = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
@@ -844,7 +870,7 @@ class PushdownGrammar(Grammar):
         uncertified = uncertified[keep[uncertified] == 0]
         splices = self._splices(state, room, text)
         if splices and len(uncertified):  # a parse per splice, up to _SPLICE_TRIES a call
-            tries = None if work is None else Work(_SPLICE_TRIES)
+            tries = None if step is None else step.part(_SPLICE_TRIES)
             for y in uncertified.tolist():
                 found = self._spliced(state, y, room, text, splices, tries)
                 if found is not None:
@@ -854,9 +880,12 @@ class PushdownGrammar(Grammar):
                     break
             uncertified = uncertified[keep[uncertified] == 0]
         if len(uncertified) and self._closer is not None:  # a closing each: a parse, no search
-            tries = None if work is None else Work(_CLOSE_CREDIT)
+            tries = None if step is None else step.part(_CLOSE_CREDIT)
             last: tuple[int, ...] | None = None  # (alike tokens close alike: one parse first)
             for y in uncertified.tolist():
+                if tries is not None and tries.done:
+                    break
+                before = 0 if tries is None else tries.spent
                 if last is not None and done.accepts(matcher, utf8, (y, *last)):
                     keep[y] = 1
                     heirs.setdefault(y, last)
@@ -867,18 +896,16 @@ class PushdownGrammar(Grammar):
                     keep[y] = 1
                     heirs.setdefault(y, found)
                     if tries is not None:
-                        tries.left += _MATCH_EARN
-                elif tries is not None and not tries.left:
-                    break
+                        tries.left += tries.spent - before + _MATCH_EARN
             uncertified = uncertified[keep[uncertified] == 0]
-        budget = None if work is None else Work(work)
+        budget = step
         found_texts: list[bytes] = []  # what the searches below found, y's bytes included
         # by what a token writes after its leading content (`",` of `:",` and `)",`): what
         # the search from the first such token found, which the others try with one parse
         ends: dict[bytes, tuple[int, ...]] = {}
         spelled = self._vocab.token_bytes
         for y in uncertified.tolist():  # in that order, until the work is spent
-            if budget is not None and not budget.left:
+            if budget is not None and budget.done:
                 break  # (the rest are excluded: sound, perhaps not every member)
             plain = int(self._tokenizer.plain_lengths[y])
             end = spelled[y][plain:] if plain else b""
@@ -909,7 +936,9 @@ class PushdownGrammar(Grammar):
         completion built, not searched (after ``{"author`` in a schema whose ``author`` is a
         string or an object and whose other keys are free, a search finds none in 12 s; the
         schema writes ``":"a","manifest":{…}}``). Each call spends one of ``work`` (its
-        closings, at most ``_CLOSINGS``, one parse each, are written and parsed for that)."""
+        closings, at most ``_CLOSINGS``, are written and parsed for that): one for the call,
+        ``_CLOSING`` per closing written (the schema cursor's Python costs about as many
+        parses) and one per parse."""
         cursor = self._cursor(state)
         if cursor is None or (work is not None and not work.spend()):
             return None
@@ -921,9 +950,13 @@ class PushdownGrammar(Grammar):
                 return None
         done = self._completer
         for text in cursor.each_closing_bytes():
+            if work is not None and not work.spend(_CLOSING):  # (a closing written)
+                return None
             rest = self._fewest(text)
             if rest is None or len(rest) > room:
                 continue
+            if not _spent(work):
+                return None
             if done.accepts(state._matcher, state._utf8, (*head, *rest)):
                 return Loose(rest)
         return None
@@ -989,7 +1022,7 @@ class PushdownGrammar(Grammar):
     def _witness_prefixes(self, check: _Check, witness: tuple[int, ...]) -> None:
         """Keep the tokens that spell a beginning of the witness's bytes when the rest, in the
         fewest tokens, fits."""
-        state, room, keep, heirs = check
+        state, room, keep, heirs, work = check
         done = self._completer
         if len(witness) - 1 <= room:
             keep[witness[0]] = 1
@@ -999,6 +1032,8 @@ class PushdownGrammar(Grammar):
             for y in done.spellings.get(text[:j], ()):
                 if y >= self._n or keep[y] or not self._bits(state)[y]:
                     continue
+                if work is not None and not work.spend():
+                    return
                 rest = self._spelled_rest(state, y, text, j, room)
                 if rest is not None:
                     keep[y] = 1
@@ -1043,7 +1078,8 @@ class PushdownGrammar(Grammar):
         witness: tuple[int, ...],
         counts: Callable[[tuple[int, ...]], list[int]],
         room: int,
-    ) -> tuple[np.ndarray, np.ndarray | None, tuple[int, ...]] | None:
+        work: Work | None = None,
+    ) -> tuple[np.ndarray, np.ndarray | None, tuple[int, ...], bool] | None:
         """Whether ``state`` is at a character boundary inside one of hf_fvo's string lexemes
         (``STRING``, ``STRING_m_M`` of an own-lexeme JSON grammar) in every reading that the
         marked grammar (:func:`marked_definition`) keeps after its marker byte, and the witness
@@ -1077,6 +1113,9 @@ class PushdownGrammar(Grammar):
         reaches the marker's lexer state, and the argument above holds (the lexeme is not
         counted: every number fits). Only the certified are settled there: a key's witness
         may finish a listed name, and a token it does not certify may close the key sooner.
+        The last item says so (``True``: a key): every whole content token that the second
+        array leaves out reaches the marker's lexer state, one parser state for all of them,
+        so one completion found after one of them is a completion after each.
 
         Where neither takes its marker, a string leaf of a ``pattern`` alone is asked with a
         third (:attr:`PushdownTokenizer.pattern_marker`): the marked grammar also lexes such a
@@ -1102,7 +1141,7 @@ class PushdownGrammar(Grammar):
 
         def completes(marker: int, c: int, used: tuple[int, ...]) -> bool:
             seq = [marker] * c + [*used, eos]
-            return matcher.validate_tokens(seq) == len(seq)
+            return _spent(work) and matcher.validate_tokens(seq) == len(seq)
 
         def by_count(marker: int, used: tuple[int, ...], counted: bool) -> np.ndarray:
             """Per number of characters c (up to the largest ``counts(used)``), whether c
@@ -1116,35 +1155,36 @@ class PushdownGrammar(Grammar):
             return fits
 
         def takes(marker: Any) -> bool:  # (one token: whether such a lexeme is open here)
-            return marker is not None and matcher.validate_tokens([marker[1]]) == 1
+            return (marker is not None and _spent(work)
+                    and matcher.validate_tokens([marker[1]]) == 1)  # fmt: skip
 
         if takes(tok.marker) and completes(tok.marker[1], 1, witness):
             fits = by_count(tok.marker[1], witness, self._counted)
             if self._counted and not self._text(witness).startswith(b'"'):
                 # (a witness that writes characters first leaves fewer to a counted string's
                 # tokens: the schema's closing, which closes it now, where it certifies more)
-                closing = tuple(self._closed(state, None, room) or ())
+                closing = tuple(self._closed(state, None, room, work) or ())
                 if (closing and self._text(closing).startswith(b'"')
                         and completes(tok.marker[1], 1, closing)):  # fmt: skip
                     other = by_count(tok.marker[1], closing, True)
                     if other[counts(closing)].sum() > fits[counts(witness)].sum():
-                        return other, None, closing
-            return fits, None, witness
+                        return other, None, closing, False
+            return fits, None, witness, False
         if self._key_names and takes(tok.key_marker) and completes(tok.key_marker[1], 1, witness):
             unsafe = self._unsafe_keys(state)
             if unsafe is None:
                 return None
-            return by_count(tok.key_marker[1], witness, False), unsafe, witness
+            return by_count(tok.key_marker[1], witness, False), unsafe, witness, True
         pattern = tok.pattern_marker
         if not takes(pattern):
             return None
         used = witness
         if not completes(pattern[1], 1, used):  # (the witness may finish a match begun)
-            used = tuple(self._closed(state, None, room) or ())
+            used = tuple(self._closed(state, None, room, work) or ())
             if not used or not completes(pattern[1], 1, used):
                 return None
         # (raw characters, whole: the marked lexeme's free text)
-        return by_count(pattern[1], used, True), tok.not_raw_whole, used
+        return by_count(pattern[1], used, True), tok.not_raw_whole, used, False
 
     def _unsafe_keys(self, state: PushdownState) -> np.ndarray | None:
         """Inside a key, per token id (0/1): whether y may still make the key one of the names
@@ -1186,7 +1226,7 @@ class PushdownGrammar(Grammar):
         witness. One parse per c: a string of exactly three characters whose witness wrote
         ``]]]`` admits ``USD`` (a fixed length leaves no room to add characters to the
         witness's, so :meth:`_inside_string` certifies none there)."""
-        state, room, keep, heirs = check
+        state, room, keep, heirs, work = check
         plain = plain_length(text)
         if not plain:
             return
@@ -1204,6 +1244,8 @@ class PushdownGrammar(Grammar):
             rest = rests[c]
             if rest is None or len(rest) > room:
                 continue
+            if work is not None and not work.spend():
+                return
             seq = [marker] * c + [*rest, self._eos[0]]
             if matcher.validate_tokens(seq) != len(seq):
                 continue
@@ -1394,6 +1436,12 @@ class _Check(NamedTuple):
     room: int
     keep: np.ndarray
     heirs: dict[int, tuple[int, ...]]
+    work: Work | None  # the parser operations it may still spend (None: no bound)
+
+
+def _spent(work: Work | None) -> bool:
+    """Whether one more parser operation may be spent (and spend it; ``None``: no bound)."""
+    return work is None or work.spend()
 
 
 @functools.cache
