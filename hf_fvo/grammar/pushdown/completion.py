@@ -30,7 +30,7 @@ import numpy as np
 
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
-__all__ = ["BYTE_EOS", "MAX_DEPTH", "Completer", "Work", "advanced"]
+__all__ = ["BYTE_EOS", "MAX_DEPTH", "Completer", "Work", "advanced", "spend"]
 
 _CLOSERS = b"\"]})>'`"
 _STRUCTURAL = set("\"\\{}[]()<>,:;-+.=/ '`")
@@ -91,7 +91,15 @@ class Work:
         return self.left <= 0 or (self._parent is not None and self._parent.done)
 
 
-def _spend(work: Work | None, n: int = 1) -> bool:
+def spend(work: Work | None, n: int = 1) -> bool:
+    """Whether ``n`` more operations may be spent from ``work`` (and spend them; ``None``:
+    no bound).
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown.completion import Work, spend
+        >>> spend(None), spend(Work(1)), spend(Work(1), 2)
+        (True, True, False)
+    """
     return work is None or work.spend(n)
 
 
@@ -273,11 +281,11 @@ class Completer:
         if text is None:
             return None
         tokens = self.fewest_tokens(text)
-        if (tokens is not None and _spend(work)
+        if (tokens is not None and spend(work)
                 and self.accepts(matcher, utf8, (*head, *tokens))):  # fmt: skip
             return tokens
         singles = self.single_bytes(text)
-        if singles is None or not _spend(work):
+        if singles is None or not spend(work):
             return None
         return singles if self.accepts(matcher, utf8, (*head, *singles)) else None
 
@@ -422,7 +430,7 @@ class Completer:
                 forced = m.compute_ff_bytes()
                 if len(forced) > 1:
                     walk = forced[:-1]
-                    if len(walk) >= left or not _spend(work, len(walk)):
+                    if len(walk) >= left or not spend(work, len(walk)):
                         return None  # (the expansions would end inside them)
                     for f in walk:
                         if not self._byte_ok[u] >> f & 1:
@@ -433,12 +441,12 @@ class Completer:
                     text += walk
                     left -= len(walk)
             left -= 1
-            if not _spend(work, 2):  # (the advance that made it, its mask)
+            if not spend(work, 2):  # (the advance that made it, its mask)
                 return None
             for b in self._allowed_bytes(m, u, every):
                 cu = self._byte_next[u][b]
                 if cu == 0:
-                    if not _spend(work):
+                    if not spend(work):
                         return None
                     if m.validate_tokens([b, BYTE_EOS]) == 2:
                         return text + _BYTES[b]
@@ -501,7 +509,7 @@ class Completer:
                 if len(text) >= limit:
                     continue
                 budget[0] -= 1
-                if budget[0] <= 0 or not _spend(work, 2):  # (the advance, the mask)
+                if budget[0] <= 0 or not spend(work, 2):  # (the advance, the mask)
                     return None
                 bits = self._bits(m, u)
                 todo = self._allowed_bytes(m, u, every, bits)
@@ -518,7 +526,7 @@ class Completer:
                     if start == len(text) - 1 and u == 0 and texts:
                         children = []
                         for piece in texts:
-                            if not _spend(work):
+                            if not spend(work):
                                 return None
                             if m.validate_tokens(list(piece)) == len(piece):
                                 child = m.deep_copy()
@@ -590,7 +598,7 @@ def _shortened(
     removes none: the descent writes ``-0`` for ``0`` and optional members before required
     ones. First the ``idle`` bytes (:meth:`Completer._dfs`) all at once. At most
     ``_CUT_TRIES`` parses; texts over ``_CUT_BYTES`` are left as they are."""
-    if idle and _spend(work):
+    if idle and spend(work):
         gone = set(idle)
         cut = bytes(b for i, b in enumerate(text) if i not in gone)
         seq = [*cut, BYTE_EOS]
@@ -604,7 +612,7 @@ def _shortened(
             if i < start:
                 continue
             tries += 1
-            if not _spend(work):
+            if not spend(work):
                 return text
             cut = text[:i] + text[j:]
             seq = [*cut, BYTE_EOS]

@@ -32,7 +32,7 @@ from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError
 from hf_fvo.grammar.bitmask import bias_table, pack
 from hf_fvo.grammar.interface import Grammar, LazyAdmissible, _same_rows, bias_bits
 from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
-from hf_fvo.grammar.pushdown.completion import Work
+from hf_fvo.grammar.pushdown.completion import Work, spend
 from hf_fvo.grammar.pushdown.engine import (
     PushdownTokenizer,
     canonical_json,
@@ -543,7 +543,7 @@ class PushdownGrammar(Grammar):
         done = self._completer
         rests = self._splices(state, room, text) if splices is None else splices
         for i in self._splice_order(y, plain_length(text), rests):
-            if work is not None and not work.spend():
+            if not spend(work):
                 return None
             if done.accepts(state._matcher, state._utf8, (y, *rests[i])):
                 return Loose(rests[i])
@@ -676,7 +676,7 @@ class PushdownGrammar(Grammar):
         shortest: the child keeps it as :class:`~hf_fvo.grammar.pushdown.state.Loose`. Every
         expansion and parse spends one of ``work``."""
         done, searcher = self._completer, self._bytewise.parser(state)
-        if work is not None and not work.spend():
+        if not spend(work):
             return None
         if room == 0:  # only the empty completion fits: whether y's next state accepts
             return done.complete(state._matcher, searcher, state._utf8, first=y, passes="none")
@@ -898,25 +898,24 @@ class PushdownGrammar(Grammar):
                     if tries is not None:
                         tries.left += tries.spent - before + _MATCH_EARN
             uncertified = uncertified[keep[uncertified] == 0]
-        budget = step
         found_texts: list[bytes] = []  # what the searches below found, y's bytes included
         # by what a token writes after its leading content (`",` of `:",` and `)",`): what
         # the search from the first such token found, which the others try with one parse
         ends: dict[bytes, tuple[int, ...]] = {}
         spelled = self._vocab.token_bytes
         for y in uncertified.tolist():  # in that order, until the work is spent
-            if budget is not None and budget.done:
+            if step is not None and step.done:
                 break  # (the rest are excluded: sound, perhaps not every member)
             plain = int(self._tokenizer.plain_lengths[y])
             end = spelled[y][plain:] if plain else b""
             found = None
-            if (end in ends and (budget is None or budget.spend())
+            if (end in ends and spend(step)
                     and done.accepts(matcher, utf8, (y, *ends[end]))):  # fmt: skip
                 found = ends[end]
             if found is None:
-                found = self._continued(state, y, room, found_texts, budget)
+                found = self._continued(state, y, room, found_texts, step)
             if found is None:
-                found = self._searched(state, y, room, budget)
+                found = self._searched(state, y, room, step)
                 if found is not None:
                     found_texts.append(spelled[y] + self._text(found))
                     if end:
@@ -940,7 +939,7 @@ class PushdownGrammar(Grammar):
         ``_CLOSING`` per closing written (the schema cursor's Python costs about as many
         parses) and one per parse."""
         cursor = self._cursor(state)
-        if cursor is None or (work is not None and not work.spend()):
+        if cursor is None or not spend(work):
             return None
         head: tuple[int, ...] = ()
         if y is not None:
@@ -950,12 +949,12 @@ class PushdownGrammar(Grammar):
                 return None
         done = self._completer
         for text in cursor.each_closing_bytes():
-            if work is not None and not work.spend(_CLOSING):  # (a closing written)
+            if not spend(work, _CLOSING):  # (a closing written)
                 return None
             rest = self._fewest(text)
             if rest is None or len(rest) > room:
                 continue
-            if not _spent(work):
+            if not spend(work):
                 return None
             if done.accepts(state._matcher, state._utf8, (*head, *rest)):
                 return Loose(rest)
@@ -1011,7 +1010,7 @@ class PushdownGrammar(Grammar):
         for text in reversed(texts[-_CONTINUED:]):
             if len(text) <= len(head) or not text.startswith(head):
                 continue
-            if work is not None and not work.spend():
+            if not spend(work):
                 return None
             rest = done.fewest_tokens(text[len(head) :])
             if (rest is not None and len(rest) <= room
@@ -1032,7 +1031,7 @@ class PushdownGrammar(Grammar):
             for y in done.spellings.get(text[:j], ()):
                 if y >= self._n or keep[y] or not self._bits(state)[y]:
                     continue
-                if work is not None and not work.spend():
+                if not spend(work):
                     return
                 rest = self._spelled_rest(state, y, text, j, room)
                 if rest is not None:
@@ -1141,7 +1140,7 @@ class PushdownGrammar(Grammar):
 
         def completes(marker: int, c: int, used: tuple[int, ...]) -> bool:
             seq = [marker] * c + [*used, eos]
-            return _spent(work) and matcher.validate_tokens(seq) == len(seq)
+            return spend(work) and matcher.validate_tokens(seq) == len(seq)
 
         def by_count(marker: int, used: tuple[int, ...], counted: bool) -> np.ndarray:
             """Per number of characters c (up to the largest ``counts(used)``), whether c
@@ -1155,7 +1154,7 @@ class PushdownGrammar(Grammar):
             return fits
 
         def takes(marker: Any) -> bool:  # (one token: whether such a lexeme is open here)
-            return (marker is not None and _spent(work)
+            return (marker is not None and spend(work)
                     and matcher.validate_tokens([marker[1]]) == 1)  # fmt: skip
 
         if takes(tok.marker) and completes(tok.marker[1], 1, witness):
@@ -1244,7 +1243,7 @@ class PushdownGrammar(Grammar):
             rest = rests[c]
             if rest is None or len(rest) > room:
                 continue
-            if work is not None and not work.spend():
+            if not spend(work):
                 return
             seq = [marker] * c + [*rest, self._eos[0]]
             if matcher.validate_tokens(seq) != len(seq):
@@ -1437,11 +1436,6 @@ class _Check(NamedTuple):
     keep: np.ndarray
     heirs: dict[int, tuple[int, ...]]
     work: Work | None  # the parser operations it may still spend (None: no bound)
-
-
-def _spent(work: Work | None) -> bool:
-    """Whether one more parser operation may be spent (and spend it; ``None``: no bound)."""
-    return work is None or work.spend()
 
 
 @functools.cache
