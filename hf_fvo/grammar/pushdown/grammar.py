@@ -852,11 +852,16 @@ class PushdownGrammar(Grammar):
                 entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
         text = self._text(witness)
         uncertified = pool[keep[pool] == 0]
-        # whitespace last (a layout admits many spellings of it at each place, all optional:
-        # they rarely shorten a completion), then the fewest bytes first (a bracket, a quote,
-        # a key's first letters: what structure a token starts, before what it writes)
-        sizes = self._tokenizer.sizes[uncertified]
-        uncertified = uncertified[np.lexsort((sizes, self._tokenizer.spaces_only[uncertified]))]
+        # escapes and tokens that end inside a character last (each writes in two tokens or
+        # more what another writes in one: inside a key, hundreds of them came before the
+        # rest of a listed name and spent the work), then whitespace (a layout admits many
+        # spellings of it at each place, all optional: they rarely shorten a completion),
+        # then the fewest bytes first (a bracket, a quote, a key's first letters: what
+        # structure a token starts, before what it writes)
+        tok = self._tokenizer
+        partial = tok.backslashed[uncertified] | (self._utf8_next[utf8, uncertified] != 0)
+        uncertified = uncertified[np.lexsort((tok.sizes[uncertified],
+                                              tok.spaces_only[uncertified], partial))]  # fmt: skip
         if len(uncertified):  # the tail, the splices that match y to the witness: a few parses
             self._matched(check, text, uncertified, tails, probed)
         parent = None if state._hints is None else state._hints.get(room + 1)
@@ -1158,17 +1163,23 @@ class PushdownGrammar(Grammar):
                     and matcher.validate_tokens([marker[1]]) == 1)  # fmt: skip
 
         if takes(tok.marker) and completes(tok.marker[1], 1, witness):
-            fits = by_count(tok.marker[1], witness, self._counted)
-            if self._counted and not self._text(witness).startswith(b'"'):
+            fits, used = by_count(tok.marker[1], witness, self._counted), witness
+            if not self._text(witness).startswith(b'"'):
                 # (a witness that writes characters first leaves fewer to a counted string's
-                # tokens: the schema's closing, which closes it now, where it certifies more)
-                closing = tuple(self._closed(state, None, room, work) or ())
-                if (closing and self._text(closing).startswith(b'"')
-                        and completes(tok.marker[1], 1, closing)):  # fmt: skip
-                    other = by_count(tok.marker[1], closing, True)
-                    if other[counts(closing)].sum() > fits[counts(witness)].sum():
-                        return other, None, closing, False
-            return fits, None, witness, False
+                # tokens, and its characters make every token's completion longer: what
+                # closes the string now, the schema's closing or the witness's own rest
+                # after its characters, where it certifies more)
+                closing = tuple(self._closed(state, None, room + 1, work) or ())
+                best = fits[counts(witness)].sum()
+                for other_used in (closing, self._after_content(closing),
+                                   self._after_content(witness)):  # fmt: skip
+                    if (other_used and self._text(other_used).startswith(b'"')
+                            and completes(tok.marker[1], 1, other_used)):  # fmt: skip
+                        other = by_count(tok.marker[1], other_used, self._counted)
+                        if other[counts(other_used)].sum() > best:
+                            fits, used = other, other_used
+                            best = fits[counts(used)].sum()
+            return fits, None, used, False
         if self._key_names and takes(tok.key_marker) and completes(tok.key_marker[1], 1, witness):
             unsafe = self._unsafe_keys(state)
             if unsafe is None:
@@ -1184,6 +1195,18 @@ class PushdownGrammar(Grammar):
                 return None
         # (raw characters, whole: the marked lexeme's free text)
         return by_count(pattern[1], used, True), tok.not_raw_whole, used, False
+
+    def _after_content(self, completion: tuple[int, ...]) -> tuple[int, ...]:
+        """The rest of ``completion`` (which begins inside a string) from the quote that closes
+        the string, in the fewest tokens (``()`` where it writes no character before it, or
+        closes none): a completion after those characters, or others in their place, for
+        :meth:`_inside_string` to verify."""
+        text, i = self._text(completion), 0
+        while i < len(text) and text[i] != 0x22:  # (an escape's second byte is never the end)
+            i += 2 if text[i] == 0x5C else 1
+        if i == 0 or i >= len(text):
+            return ()
+        return tuple(self._fewest(text[i:]) or ())
 
     def _unsafe_keys(self, state: PushdownState) -> np.ndarray | None:
         """Inside a key, per token id (0/1): whether y may still make the key one of the names

@@ -324,13 +324,16 @@ class JsonCursor:
             cursor = None if fill is None else cursor.feed(fill)
             head += fill or b""
         lexeme = None if cursor is None else cursor._lexeme
-        if cursor is not None and not cursor._pending and lexeme is not None and lexeme.escape:
-            fill = _escape_fill(lexeme.escape).encode()
-            cursor = cursor.feed(fill)
-            head += fill
-        if cursor is None or cursor._pending or (cursor._lexeme and cursor._lexeme.escape):
+        if cursor is None or cursor._pending:
             return
-        yield from (head + text.encode() for text in cursor.each_closing())
+        if lexeme is None or not lexeme.escape:
+            yield from (head + text.encode() for text in cursor.each_closing())
+            return
+        for fill in _escape_fills(lexeme.escape):  # (one a grammar's spelling admits: the
+            # parser verifies each; JSON mode's canonical strings refuse `\u0041`, take `\u0000`)
+            ended = cursor.feed(fill.encode())
+            if ended is not None and not ended._pending and not ended._lexeme.escape:
+                yield from (head + fill.encode() + text.encode() for text in ended.each_closing())
 
     def _closing(self, variant: int) -> str | None:
         schema = self._schema
@@ -388,14 +391,23 @@ class JsonCursor:
 
     def _key_names(self, top: _Frame, begun: str) -> list[str]:
         """Keys that begin with ``begun`` and are not written yet: the required ones first,
-        then the others listed, then ``begun`` itself (an unlisted key)."""
-        required, listed = [], []
+        then the others listed (those after the last key written first, shortest first: in
+        the schema's key order only they may follow), then ``begun`` itself (an unlisted
+        key)."""
+        required, listed, later = [], [], []
         for node in top.nodes:
             props = node.get("properties") if isinstance(node, dict) else None
             need = node.get("required", []) if isinstance(node, dict) else []
-            for name in [*(props or {}), *(n for n in need if isinstance(n, str))]:
+            order = list(props or {})
+            after = (order.index(top.keys[-1]) + 1 if top.keys and top.keys[-1] in order
+                     else 0)  # fmt: skip
+            for name in [*order, *(n for n in need if isinstance(n, str))]:
                 if name.startswith(begun) and name not in top.keys:
-                    (required if name in need else listed).append(name)
+                    if name in need:
+                        required.append(name)
+                    else:
+                        (later if name in order[after:] else listed).append(name)
+        listed = [*sorted(later, key=len), *listed]
         patterned = []  # (a key that matches a patternProperties pattern)
         for node in top.nodes:
             patterns = node.get("patternProperties") if isinstance(node, dict) else None
@@ -585,13 +597,17 @@ def _matches(pattern: str, text: str) -> bool | None:
         return None
 
 
-def _escape_fill(escape: str) -> str:
-    """What finishes a begun escape (``\\`` or ``\\u`` and some hex digits): a backslash
-    escaped, or the digits of ``\\u0041`` (``A``) it does not contradict (else zeros)."""
+def _escape_fills(escape: str) -> list[str]:
+    """What may finish a begun escape (``\\`` or ``\\u`` and some hex digits), most likely
+    first: a backslash escaped, or the digits of ``\\u0041`` (``A``: a free string's or a
+    pattern's letter), ``\\u0000`` (a control character: the one way canonical JSON escapes
+    with ``\\u``) or ``\\u0061`` (``a``) that the digits written do not contradict (else
+    zeros)."""
     if escape == "\\":
-        return "\\"
+        return ["\\"]
     digits = escape[2:]
-    return "0041"[len(digits) :] if "0041".startswith(digits) else "0" * (4 - len(digits))
+    fills = [code[len(digits) :] for code in ("0041", "0000", "0061") if code.startswith(digits)]
+    return fills or ["0" * (4 - len(digits))]
 
 
 def _utf8_fill(pending: bytes) -> bytes | None:
