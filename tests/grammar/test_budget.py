@@ -1076,9 +1076,11 @@ def test_a_member_is_admitted_whole_at_exactly_its_own_length(smol_tokenizer, ro
     finished a ``\\u`` escape as ``\\u0041``, which a canonical JSON-mode string refuses
     (``o21418``), where an inherited witness wrote a character before closing a ``minLength``
     string (``sp_202``), where the closing offered only keys the schema's order had passed
-    (``sp_410``), and, with ``strict=False`` (open objects), where the closings of tokens
+    (``sp_410``), where the closings offered four enum values longer than a fifth
+    (``o51221``), and, with ``strict=False`` (open objects), where the closings of tokens
     ending inside a character spent the work before the rest of a listed key was tried
-    (``o45117``, ``kb_206``)."""
+    (``o45117``, ``kb_206``). ``o29019`` guards the closings' key order: sorted by length,
+    they lost the only key that fits."""
     from hf_fvo.eval.instances import in_schema_order
 
     schema, data = row["schema"], row["tests"][0]["data"]

@@ -391,9 +391,8 @@ class JsonCursor:
 
     def _key_names(self, top: _Frame, begun: str) -> list[str]:
         """Keys that begin with ``begun`` and are not written yet: the required ones first,
-        then the others listed (those after the last key written first, shortest first: in
-        the schema's key order only they may follow), then ``begun`` itself (an unlisted
-        key)."""
+        then the others listed (those after the last key written first: in the schema's key
+        order only they may follow), then ``begun`` itself (an unlisted key)."""
         required, listed, later = [], [], []
         for node in top.nodes:
             props = node.get("properties") if isinstance(node, dict) else None
@@ -407,7 +406,7 @@ class JsonCursor:
                         required.append(name)
                     else:
                         (later if name in order[after:] else listed).append(name)
-        listed = [*sorted(later, key=len), *listed]
+        listed = [*later, *listed]
         patterned = []  # (a key that matches a patternProperties pattern)
         for node in top.nodes:
             patterns = node.get("patternProperties") if isinstance(node, dict) else None
@@ -571,8 +570,9 @@ def _lexeme_ends(lexeme: _Lexeme) -> list[str]:
         listed = node.get("enum") if isinstance(node.get("enum"), list) else []
         if "const" in node:
             listed = [node["const"], *listed]
-        ends += [_escaped(v[len(text) :]) + '"' for v in listed
-                 if isinstance(v, str) and v.startswith(text)]  # fmt: skip
+        ends += sorted((_escaped(v[len(text) :]) + '"' for v in listed
+                        if isinstance(v, str) and v.startswith(text)), key=len)  # fmt: skip
+        # (the shortest first: the closings are few, and a budget wants the fewest tokens)
         pattern = node.get("pattern")
         if isinstance(pattern, str):
             found = _matches(pattern, text)
