@@ -13,8 +13,15 @@ the task's ``maxLength`` by design — and the walk stops there, counted apart).
 grammar step's time per row-step (the admissible set, one fresh grammar per task, so every
 set is computed anew): p50, p99 and max, and the slowest task.
 
+``--suite maskbench`` walks MaskBench's valid instances instead, ``--suite drawn`` the
+instances hypothesis-jsonschema drew from the JSONSchemaBench development file
+(``draw_instances.py``: data nobody here wrote, first checked to be members), both compact at
+the instance's tokens + 1 + ``--slack`` (or, ``--double``, twice its tokens;
+``--open-objects``: ``strict=False``).
+
 Usage:
     python benchmarks/budget_walk.py --suite transcribe --layout pretty --write
+    python benchmarks/budget_walk.py --suite drawn --layout compact --slack 0 --write
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ import json
 import time
 
 import numpy as np
-from harness import MASKBENCH, ROOT, provenance, publish
+from harness import MASKBENCH, REALWORLD, ROOT, provenance, publish
 
 from hf_fvo import Grammar
 from hf_fvo.errors import GrammarError
@@ -39,11 +46,17 @@ def walk_task(task: dict, tokenizer, layout: str, limit_s: float, lost: bool = F
     schema, data = json.loads(task["schema"]), json.loads(task["instance"])
     budget = task["max_new_tokens"]
     pretty = layout == "pretty"
-    g = Grammar.from_json_schema(schema, tokenizer, whitespace="pretty" if pretty else "")
+    g = Grammar.from_json_schema(schema, tokenizer, whitespace="pretty" if pretty else "",
+                                 strict=task.get("strict", True))  # fmt: skip
     text = json.dumps(in_schema_order(data, schema), ensure_ascii=False,
                       indent=4 if pretty else None,
                       separators=None if pretty else (",", ":"))  # fmt: skip
     ids = tokenizer.encode(text)
+    if task.get("check_member"):  # (a drawn instance: the grammar may not admit it at all)
+        end = g.walk(ids)
+        if end is None or not g.is_accepting(end):
+            return {"name": task["name"], "tokens": len(ids), "budget": budget,
+                    "refused": None, "member": False, "steps": []}  # fmt: skip
     state, steps, refused, started = g.initial_state, [], None, time.perf_counter()
     losses: list[int] = []
     first_loss = None
@@ -102,6 +115,26 @@ def maskbench_tasks(tokenizer, slack: int, files: int | None) -> list[dict]:
     return tasks
 
 
+def drawn_tasks(tokenizer, slack: int, double: bool, strict: bool) -> list[dict]:
+    """The instances ``draw_instances.py`` drew from the JSONSchemaBench development file, as
+    walk tasks like MaskBench's (compact, the schema's key order), each first checked to be a
+    member of the grammar (with ``strict=True`` an open object's extra key is not)."""
+    schemas = {
+        (r["source"], r["name"]): r["schema"]
+        for r in map(json.loads, (REALWORLD / "jsonschemabench-dev.jsonl").open())
+    }
+    tasks = []
+    for row in map(json.loads, (ROOT / "benchmarks" / "data" / "drawn_instances.jsonl").open()):
+        schema, data = schemas[row["source"], row["name"]], json.loads(row["instance"])
+        text = json.dumps(in_schema_order(data, schema), ensure_ascii=False,
+                          separators=(",", ":"))  # fmt: skip
+        n = len(tokenizer.encode(text))
+        tasks.append({"name": f"{row['source']}---{row['name']}", "schema": json.dumps(schema),
+                      "instance": row["instance"], "check_member": True, "strict": strict,
+                      "max_new_tokens": 2 * n if double else n + 1 + slack})  # fmt: skip
+    return tasks
+
+
 def text_before(tokenizer, ids: list[int], t: int) -> str:
     return tokenizer.decode(ids[:t])[-32:]
 
@@ -109,10 +142,18 @@ def text_before(tokenizer, ids: list[int], t: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--suite", default="transcribe",
-                        choices=["transcribe", "shorten", "maskbench"])  # fmt: skip
+                        choices=["transcribe", "shorten", "maskbench", "drawn"])  # fmt: skip
     parser.add_argument(
-        "--slack", type=int, default=0, help="maskbench: budget = the instance's tokens + 1 + slack"
+        "--slack",
+        type=int,
+        default=0,
+        help="maskbench, drawn: budget = the instance's tokens + 1 + slack",
     )
+    parser.add_argument("--double", action="store_true",
+                        help="drawn: budget = twice the instance's tokens")  # fmt: skip
+    parser.add_argument("--open-objects", action="store_true",
+                        help="drawn: strict=False (the spec's language: an object admits "
+                             "keys its schema does not list)")  # fmt: skip
     parser.add_argument("--files", type=int, default=None, help="maskbench: the first N files")
     parser.add_argument("--every", type=int, default=1,
                         help="every N-th task only (a quicker sample, e.g. for interleaved "
@@ -127,6 +168,8 @@ def main() -> None:
     tokenizer = load_default_tokenizer()
     if args.suite == "maskbench":
         tasks = maskbench_tasks(tokenizer, args.slack, args.files)
+    elif args.suite == "drawn":
+        tasks = drawn_tasks(tokenizer, args.slack, args.double, not args.open_objects)
     else:
         path = ROOT / "hf_fvo" / "eval" / "suites" / "tasks" / f"{args.suite}.jsonl"
         tasks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -144,7 +187,10 @@ def main() -> None:
     steps = np.array([s for r in rows for s in r["steps"]]) * 1000
     refused = [r for r in rows if r["refused"] is not None]
     slowest = max(rows, key=lambda r: sum(r["steps"]))
-    budget_note = f", budget = tokens + 1 + {args.slack}" if args.suite == "maskbench" else ""
+    budget_note = ", strict=False" if args.open_objects else ""
+    budget_note += (", budget = twice the tokens" if args.suite == "drawn" and args.double
+                   else f", budget = tokens + 1 + {args.slack}"
+                   if args.suite in ("maskbench", "drawn") else "")  # fmt: skip
     lost_note = ", against the rule without a work bound" if args.lost else ""
     lost_note += f", every {args.every}th task" if args.every > 1 else ""
     lines = [
