@@ -1102,8 +1102,10 @@ class PushdownGrammar(Grammar):
         add completions. The marked grammar says what the grammar says on text without the
         marker, so y·fill·witness is a member. Where only the uncounted ``STRING`` is marked,
         one marker stands for any number. Where the witness writes characters before it closes
-        a counted string, the schema's closing (:meth:`_closed`, the string closed now) is
-        asked too, and the completion that certifies more numbers of characters is used.
+        the string, the schema's closing (:meth:`_closed`) and the rest of it and of the
+        witness from the closing quote (:meth:`_after_content`) are asked too (each verified
+        by the marked parser), and the completion that certifies more numbers of characters
+        is used.
         tests/grammar/test_budget.py checks certified tokens against a parse per token along
         the development set's valid instances.
 

@@ -332,7 +332,11 @@ class JsonCursor:
         for fill in _escape_fills(lexeme.escape):  # (one a grammar's spelling admits: the
             # parser verifies each; JSON mode's canonical strings refuse `\u0041`, take `\u0000`)
             ended = cursor.feed(fill.encode())
-            if ended is not None and not ended._pending and not ended._lexeme.escape:
+            if (
+                ended is not None
+                and not ended._pending
+                and not (ended._lexeme and ended._lexeme.escape)
+            ):
                 yield from (head + fill.encode() + text.encode() for text in ended.each_closing())
 
     def _closing(self, variant: int) -> str | None:
