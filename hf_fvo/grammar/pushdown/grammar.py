@@ -851,7 +851,8 @@ class PushdownGrammar(Grammar):
                 probed[whole] = True
                 entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
         text = self._text(witness)
-        uncertified = pool[keep[pool] == 0]
+        open_ = keep[pool] == 0
+        uncertified = pool[open_]
         # escapes and tokens that end inside a character last (each writes in two tokens or
         # more what another writes in one: inside a key, hundreds of them came before the
         # rest of a listed name and spent the work), then whitespace (a layout admits many
@@ -859,7 +860,7 @@ class PushdownGrammar(Grammar):
         # then the fewest bytes first (a bracket, a quote, a key's first letters: what
         # structure a token starts, before what it writes)
         tok = self._tokenizer
-        partial = tok.backslashed[uncertified] | (self._utf8_next[utf8, uncertified] != 0)
+        partial = tok.backslashed[uncertified] | (afters[open_] != 0)
         uncertified = uncertified[np.lexsort((tok.sizes[uncertified],
                                               tok.spaces_only[uncertified], partial))]  # fmt: skip
         if len(uncertified):  # the tail, the splices that match y to the witness: a few parses
@@ -1178,9 +1179,9 @@ class PushdownGrammar(Grammar):
                     if (other_used and self._text(other_used).startswith(b'"')
                             and completes(tok.marker[1], 1, other_used)):  # fmt: skip
                         other = by_count(tok.marker[1], other_used, self._counted)
-                        if other[counts(other_used)].sum() > best:
-                            fits, used = other, other_used
-                            best = fits[counts(used)].sum()
+                        certified = other[counts(other_used)].sum()
+                        if certified > best:
+                            fits, used, best = other, other_used, certified
             return fits, None, used, False
         if self._key_names and takes(tok.key_marker) and completes(tok.key_marker[1], 1, witness):
             unsafe = self._unsafe_keys(state)
