@@ -86,7 +86,7 @@ def test_parallel_masks_equal_one_at_a_time(smol_tokenizer):
     for g, states in _walks(smol_tokenizer, 3, "pushdown"):
         tokens = [s._path[-1] for s in states[1:]]
         fresh = [g.walk(tokens[:k]) for k in range(1, len(tokens) + 1)]  # new leaf objects
-        assert all(s._words is None for s in fresh)
+        assert all(g._memos[s].words is None for s in fresh)
         together = unpack(g.admissible_words(fresh, [None] * len(fresh)), g.vocab_size)
         for i, s in enumerate(states[1:]):
             assert torch.equal(together[i], g.allowed(s))

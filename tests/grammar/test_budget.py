@@ -350,7 +350,7 @@ def test_a_probe_vocabulary_is_built_once_parsing_would_cost_as_much_and_sets_do
     fresh = g.walk(prefix)
     assert fresh is not s
     probed = g._within(fresh, room)
-    assert fresh._rooms[room][2] is not None  # the probe decided this time
+    assert g._memos[fresh].rooms[room].shared is not None  # the probe decided this time
     assert (parsed == probed).all() and parsed.sum() > 1_000
 
 
@@ -364,7 +364,7 @@ def test_with_no_room_left_a_token_is_kept_exactly_where_its_next_state_accepts(
     done = g._completer
     for text in ('{"n":1', '{"n":12}'[:-1], '{"n":-', '{"n"'):
         s = g.walk(smol_tokenizer.encode(text))
-        searcher = g._bytewise.parser(s)
+        searcher = g._bytewise.parser(g._memos[s])
         kept = 0
         for y in g.allowed(s).nonzero().flatten().tolist():
             if y in g.eos_token_ids:
@@ -464,7 +464,7 @@ def _checked_steps(g, ids):
             return
         room = len(witness) + 3
         keep = g._within(s, room)
-        yield s, tuple(witness), room, keep, g._room(s, room)[2]
+        yield s, tuple(witness), room, keep, g._room(s, room).shared
         s = g.next_state(s, token)
         if s is None:
             return
@@ -496,8 +496,8 @@ def test_the_string_certificate_admits_exactly_what_a_parse_per_token_admits(smo
             continue
         table, done = g._tokenizer.content_after, g._completer
         for s, _, _, keep, shared in _checked_steps(g, smol_tokenizer.encode(text)[:60]):
-            if shared is not None and shared[2] is table:  # the certificate fired here
-                content, ends = shared[0], shared[1]
+            if shared is not None and shared.keys is table:  # the certificate fired here
+                content, ends = shared.ids, shared.witnesses
                 candidates = np.flatnonzero(g._bits(s) & (table[: g._n] >= 0))
                 sample = {*rng.choice(candidates, min(200, len(candidates)), replace=False)}
                 sample |= {*candidates[table[candidates] >= 8]}  # inside an escape
@@ -549,8 +549,9 @@ def test_the_key_and_pattern_certificates_admit_only_what_a_parse_admits(smol_to
             continue
         tok = g._tokenizer
 
-        def kind(s, witness, marked=marked, tok=tok):  # which marker it was asked with
-            parser, tail = marked.parser(s, required=False), [*witness, smol_tokenizer.eos_token_id]
+        def kind(s, witness, marked=marked, tok=tok, g=g):  # which marker it was asked with
+            parser = marked.parser(g._memos[s], required=False)
+            tail = [*witness, smol_tokenizer.eos_token_id]
             for name, marker in (("string", tok.marker), ("key", tok.key_marker)):
                 if parser.validate_tokens([marker[1], *tail]) == len(tail) + 1:
                     return name
@@ -563,7 +564,7 @@ def test_the_key_and_pattern_certificates_admit_only_what_a_parse_admits(smol_to
             inside = None if shared is None else g._inside_string(s, witness, lambda _: [], room)
             if inside is not None and inside[1] is not None and kind(s, witness) == mode:
                 unsafe = inside[1]
-                content, ends = shared[:2]
+                content, ends = shared.ids, shared.witnesses
                 candidates = np.flatnonzero(g._bits(s) & (table[: g._n] >= 0))
                 sample = {*rng.choice(candidates, min(150, len(candidates)), replace=False)}
                 sample |= {*np.flatnonzero(unsafe[: g._n] & g._bits(s))}
@@ -730,7 +731,7 @@ def test_the_byte_search_walks_a_forced_run_at_once_and_finds_what_it_found_byte
             continue
         done, s = g._completer, g.initial_state
         for token in smol_tokenizer.encode(json.dumps(data, separators=(",", ":")))[:40]:
-            searcher = g._bytewise.parser(s)
+            searcher = g._bytewise.parser(g._memos[s])
             before = searcher.compute_bitmask()
             got = done._bytes_bfs(searcher, s._utf8)
             assert got == byte_by_byte(done, searcher, s._utf8), (row.get("description"), got)
@@ -764,7 +765,7 @@ def test_a_child_spells_its_witness_s_suffixes_from_its_parent_s_list(smol_token
             spellings = g._suffixes(s, text)
             assert spellings == g._completer.suffix_spellings(text)
             child = g.next_state(s, witness[0])
-            if child._witness == witness[1:] and witness[1:]:
+            if g._memos[child].witness == witness[1:] and witness[1:]:
                 rest = g._text(witness[1:])
                 kept = g._suffixes(child, rest)
                 assert kept == g._completer.suffix_spellings(rest)

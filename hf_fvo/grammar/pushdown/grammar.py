@@ -14,7 +14,10 @@ language's, token by token:
   backend uses; special tokens spell nothing, and EOS is allowed exactly at accepting states.
 
 States are immutable :class:`PushdownState` values (a parser snapshot each); ``next_state`` copies
-the parser (~15 µs) and never changes the state it is given.
+the parser (~15 µs) and never changes the state it is given. What the grammar computes about a
+state (its mask, its witness, the budget rule's checks) is kept beside it, in a
+:class:`~hf_fvo.grammar.pushdown.state.Memo` the grammar holds weakly by state; one lock per
+grammar makes its calls safe from several threads.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import functools
 import json
 import re
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -43,7 +48,17 @@ from hf_fvo.grammar.pushdown.engine import (
     probe_definition,
     translate_error,
 )
-from hf_fvo.grammar.pushdown.state import UNKNOWN, Follower, Found, Loose, PushdownState
+from hf_fvo.grammar.pushdown.state import (
+    UNKNOWN,
+    Follower,
+    Found,
+    LazyCheck,
+    Loose,
+    Memo,
+    PushdownState,
+    RoomCheck,
+    SharedHeirs,
+)
 from hf_fvo.grammar.pushdown.utf8 import STRING_STATES
 
 __all__ = ["PushdownGrammar", "PushdownState"]
@@ -70,6 +85,19 @@ _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial st
 _CURSORS = 4096  # JSON cursors (and closing spellings) kept per grammar, by path (by text)
 _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts whose tries
 # llguidance can hold: about 70 bytes a part with SmolLM2's; beyond, the parser walks per token)
+
+
+def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A public method of :class:`PushdownGrammar`, run under the grammar's lock (its memos
+    and caches are shared by every caller; llguidance's mask calls inside still release the
+    GIL)."""
+
+    @functools.wraps(method)
+    def run(self: PushdownGrammar, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return run
 
 
 class PushdownGrammar(Grammar):
@@ -146,6 +174,10 @@ class PushdownGrammar(Grammar):
         self._eos = self._vocab.eos_token_ids
         self._nwords = tokenizer.words
         self._tokenizer = tokenizer
+        # what is known about each state, beside it (it dies with the state); one lock for
+        # every call that computes or reads it
+        self._memos: weakref.WeakKeyDictionary[PushdownState, Memo] = weakref.WeakKeyDictionary()
+        self._lock = threading.RLock()
         self._cursors: dict[tuple[int, ...], Any] = {}  # JsonCursor by path (bounded)
         self._spellings: dict[bytes, tuple[int, ...] | None] = {}  # fewest tokens, by text
         self._probe_definition = probe_definition(self._definition)
@@ -159,12 +191,12 @@ class PushdownGrammar(Grammar):
                            else tuple(n.encode() for n in key_names(self._definition)))  # fmt: skip
         spelled = self._vocab.token_bytes
         self._bytewise = Follower(
-            "_bytewise",
+            "bytewise",
             tokenizer.byte_llg,
             self._definition,
             lambda tokens: [b for t in tokens for b in spelled[t]],
         )
-        self._marked = None if marked is None else Follower("_marked", tokenizer.llg, marked, list)
+        self._marked = None if marked is None else Follower("marked", tokenizer.llg, marked, list)
         # whether a marked lexeme counts its characters (then c markers stand for c of them)
         self._counted = marked is not None and re.search(r"^STRING_\d", marked, re.M) is not None
         # the byte filter (packed like the parser's masks): UTF-8, and canonical escapes in
@@ -177,13 +209,16 @@ class PushdownGrammar(Grammar):
         root = llguidance.LLMatcher(tokenizer.llg, self._definition, log_level=0, limits=limits())
         if root.is_error():
             raise translate_error(root.get_error(), self._source)
-        self._initial = PushdownState(self, root, 0, shadows=(Follower.START, Follower.START))
+        self._initial = PushdownState(self, root, 0)
+        self._memos[self._initial] = Memo(shadows=(Follower.START, Follower.START))
         # tokens every member needs, at least: its bytes over the longest token's
         self._start_tokens = -(-self._shortest // max(self._completer.longest, 1))
         if self._shortest > (_MAX_DEPTH if self._member is None else _MEMBER_BYTES):
-            self._initial._witness = None  # neither the search nor a built member goes there
+            # neither the search nor a built member goes there
+            self._memos[self._initial].witness = None
         self._terminal = PushdownState(self, None, 0)
-        self._terminal._accepting = True
+        self._memos[self._terminal] = terminal = Memo()
+        terminal.accepting = True
         if not self.is_accepting(self._initial) and not self._bits(self._initial).any():
             raise EmptyLanguageError(f"{self._source}: no token sequence spells a member")
 
@@ -229,16 +264,18 @@ class PushdownGrammar(Grammar):
     def tokenizer_fingerprint(self) -> str:
         return self._vocab.fingerprint
 
+    @_locked
     def allowed(self, state: PushdownState) -> torch.Tensor:
         self._check_state(state)
         mask = torch.zeros(self._vocab_size, dtype=torch.bool)
         if state is not self._terminal:
             self._bits(state)
-            mask[: self._n] = state._mask
+            mask[: self._n] = self._memos[state].mask
         if self.is_accepting(state):
             mask[list(self._eos)] = True
         return mask
 
+    @_locked
     def next_state(self, state: PushdownState, token: int) -> PushdownState | None:
         self._check_state(state)
         token = int(token)
@@ -251,24 +288,31 @@ class PushdownGrammar(Grammar):
         matcher = state._matcher.deep_copy()
         if not matcher.consume_token(token):
             raise GrammarError(f"internal: llguidance refused token {token} its mask allowed")
-        shadows = (Follower.child(state._bytewise, token), Follower.child(state._marked, token))
+        memo = self._memos[state]
         child = PushdownState(self, matcher, int(self._utf8_next[state._utf8, token]),
-                              self._inherited(state, token), (*state._path, token),
-                              shadows, state._rooms)  # fmt: skip
-        child._suffixes = state._suffixes  # (a witness inherited from it spells a suffix)
+                              (*state._path, token))  # fmt: skip
+        self._memos[child] = Memo(
+            self._inherited(state, token),
+            (Follower.child(memo.bytewise, token), Follower.child(memo.marked, token)),
+            memo.rooms,
+            memo.suffixes,  # (a witness inherited from it spells a suffix)
+        )
         return child
 
+    @_locked
     def is_accepting(self, state: PushdownState) -> bool:
         self._check_state(state)
-        if state._accepting is None:
-            state._accepting = bool(state._utf8 == 0 and state._matcher.is_accepting())
-        return state._accepting
+        memo = self._memos[state]
+        if memo.accepting is None:
+            memo.accepting = bool(state._utf8 == 0 and state._matcher.is_accepting())
+        return memo.accepting
 
     def min_tokens_to_accept(self, state: PushdownState) -> int:
         if self.is_accepting(state):
             return 0
         return max(self._start_tokens, 1) if state is self._initial else 1
 
+    @_locked
     def shortest_bounds(
         self, state: PushdownState, enough: int | None = None
     ) -> tuple[int, int | None]:
@@ -296,31 +340,33 @@ class PushdownGrammar(Grammar):
         witness = self.completion(state)
         return None if witness is None else len(witness)
 
+    @_locked
     def completion(self, state: PushdownState) -> tuple[int, ...] | None:
         """A token sequence (EOS excluded) that takes ``state`` to acceptance, verified by the
         parser; states along it inherit its rest, so their bounds only shrink."""
         self._check_state(state)
         if state is self._terminal:
             return ()
-        witness = state._witness
+        memo = self._memos[state]
+        witness = memo.witness
         if witness is UNKNOWN and state is self._initial and self._member is not None:
             built = self._built_member()  # then the cheap breadth-first pass may beat it
             if built is not None:
                 found = self._completer.complete(
-                    state._matcher, self._bytewise.parser(state), state._utf8, passes="breadth"
+                    state._matcher, self._bytewise.parser(memo), state._utf8, passes="breadth"
                 )
-                state._witness = Found(built if found is None or len(built) <= len(found)
-                                       else found)  # fmt: skip
-                return state._witness
+                memo.witness = Found(built if found is None or len(built) <= len(found)
+                                     else found)  # fmt: skip
+                return memo.witness
         if witness is UNKNOWN and state is not self._initial:
             closed = self._closed(state, None, _MEMBER_BYTES)
             if closed is not None:  # then the cheap breadth-first pass may beat it
                 found = self._completer.complete(
-                    state._matcher, self._bytewise.parser(state), state._utf8, passes="breadth"
+                    state._matcher, self._bytewise.parser(memo), state._utf8, passes="breadth"
                 )
-                state._witness = Found(closed if found is None or len(closed) <= len(found)
-                                       else found)  # fmt: skip
-                return state._witness
+                memo.witness = Found(closed if found is None or len(closed) <= len(found)
+                                     else found)  # fmt: skip
+                return memo.witness
         if witness is UNKNOWN or isinstance(witness, Loose):
             # (bounded past the initial state, which a refusal's bounds ask once: a
             # depth-first pass inside a date-time pattern made 1.6 million parser advances,
@@ -328,13 +374,13 @@ class PushdownGrammar(Grammar):
             work = (None if state is self._initial
                     else Work(_SEARCH_WORK if witness is UNKNOWN else _SHORTER_WORK))  # fmt: skip
             found = self._completer.complete(
-                state._matcher, self._bytewise.parser(state), state._utf8,
+                state._matcher, self._bytewise.parser(memo), state._utf8,
                 texts=self._written(), work=work,
             )  # fmt: skip
             if witness is not UNKNOWN and (found is None or len(witness) < len(found)):
                 found = witness  # the inherited one is shorter: keep it
-            state._witness = None if found is None else Found(found)
-        return state._witness
+            memo.witness = None if found is None else Found(found)
+        return memo.witness
 
     def _written(self) -> tuple[bytes, ...]:
         """The bytes the completion searches try to write inside strings (``texts()``, once)."""
@@ -357,6 +403,7 @@ class PushdownGrammar(Grammar):
                 return tokens
         return None
 
+    @_locked
     def admissible(self, state: PushdownState, remaining: int | None) -> torch.Tensor:
         keep = self._kept(state, remaining)
         if keep is not None:
@@ -386,10 +433,11 @@ class PushdownGrammar(Grammar):
         if self._closing is not None and room >= self._closing:
             return None  # every prefix completes within `closing` single-byte tokens
         entry = self._room(state, room)
-        if entry[0] is None:  # a caller may ask twice (a twist), requests share the start
-            entry[0] = self._within(state, room)
-        return entry[0]
+        if entry.keep is None:  # a caller may ask twice (a twist), requests share the start
+            entry.keep = self._within(state, room)
+        return entry.keep
 
+    @_locked
     def lazy_admissible(self, state: PushdownState, remaining: int | None) -> LazyAdmissible | None:
         """Wherever the state's witness fits the room: the budget rule decided per token, up to
         the end of the budget (particles there ask for one state's set per step each, and a
@@ -408,24 +456,32 @@ class PushdownGrammar(Grammar):
         witness = self._witness_at(state, room)  # (the one _within uses)
         if witness is None or room < len(witness) + _LAZY_ROOM:
             return None
-        if state._lazy is None or state._lazy[0] != room:
-            state._lazy = (room, {}, [None], self._tails(witness, room), self._text(witness))
-        _, verdicts, resolved, tails, text = state._lazy
+        memo = self._memos[state]
+        if memo.lazy is None or memo.lazy.room != room:
+            memo.lazy = LazyCheck(room, {}, [None], self._tails(witness, room),
+                                  self._text(witness))  # fmt: skip
+        _, verdicts, resolved, tails, text = memo.lazy
+        lock = self._lock
 
         def admits(token: int) -> bool:
             token = int(token)
-            if token not in verdicts:
-                verdicts[token] = self._admits(state, room, token, witness, tails, text)
-            return verdicts[token]
+            with lock:
+                if token not in verdicts:
+                    verdicts[token] = self._admits(state, room, token, witness, tails, text)
+                return verdicts[token]
 
         def resolve() -> torch.Tensor:
+            with lock:
+                return resolved_set().clone()
+
+        def resolved_set() -> torch.Tensor:
             if resolved[0] is None:
                 mask = self.allowed(state)
                 mask[: self._n] = torch.from_numpy(self._within(state, room, None).view(np.bool_))
                 if self.is_accepting(state):
                     mask[list(self._eos)] = True
                 resolved[0] = mask
-            return resolved[0].clone()
+            return resolved[0]
 
         return LazyAdmissible(self.allowed(state), admits, resolve)
 
@@ -433,13 +489,14 @@ class PushdownGrammar(Grammar):
         """The state's witness for a budget check with ``room``: a loose one that leaves
         ``_LAZY_SLACK`` tokens of room serves as it is (no search for a shorter one), else
         :meth:`completion`'s."""
-        witness = state._witness
+        memo = self._memos[state]
+        witness = memo.witness
         if isinstance(witness, Loose) and len(witness) + _LAZY_SLACK <= room:
             return witness
         if isinstance(witness, tuple) and len(witness) + _LAZY_SLACK > room:
             shorter = self._shortened(state, witness)
             if shorter is not None:  # (of the witness's kind: a search's stays a search's)
-                state._witness = witness = type(witness)(shorter)
+                memo.witness = witness = type(witness)(shorter)
                 if isinstance(witness, Loose) and len(witness) + _LAZY_SLACK <= room:
                     return witness
         return self.completion(state)
@@ -475,7 +532,7 @@ class PushdownGrammar(Grammar):
             return self.is_accepting(state)
         if not 0 <= y < self._n or not self._bits(state)[y]:
             return False
-        heirs = self._room(state, room)[1]
+        heirs = self._room(state, room).heirs
         if witness and y == witness[0] and len(witness) - 1 <= room:
             heirs.setdefault(y, witness[1:])
             return True
@@ -515,13 +572,14 @@ class PushdownGrammar(Grammar):
         bytes), computed once per state; where ``text`` ends the parent's witness text (a
         witness inherited from it), the parent's list from there: a suffix's spelling depends
         on the suffix only."""
-        known = state._suffixes
+        memo = self._memos[state]
+        known = memo.suffixes
         if known is None or known[0] != text:
             if known is not None and len(known[0]) > len(text) and known[0].endswith(text):
                 known = (text, known[1][len(known[0]) - len(text) :])
             else:
                 known = (text, self._completer.suffix_spellings(text))
-            state._suffixes = known
+            memo.suffixes = known
         return known[1]
 
     def _spliced(
@@ -675,12 +733,13 @@ class PushdownGrammar(Grammar):
         the room is below the state's witness. A depth-first one may be longer than the
         shortest: the child keeps it as :class:`~hf_fvo.grammar.pushdown.state.Loose`. Every
         expansion and parse spends one of ``work``."""
-        done, searcher = self._completer, self._bytewise.parser(state)
+        memo = self._memos[state]
+        done, searcher = self._completer, self._bytewise.parser(memo)
         if not spend(work):
             return None
         if room == 0:  # only the empty completion fits: whether y's next state accepts
             return done.complete(state._matcher, searcher, state._utf8, first=y, passes="none")
-        witness = state._witness
+        witness = memo.witness
         if not isinstance(witness, tuple) or len(witness) <= room:
             # (where not even the state's witness fits after y, y must shorten it: the
             # depth-first pass rarely finds that, the breadth-first one does)
@@ -706,18 +765,18 @@ class PushdownGrammar(Grammar):
             and done.utf8_after(u, (*fill, *witness)) == 0
         }  # fmt: skip
 
-    @staticmethod
-    def _room(state: PushdownState, room: int) -> list[Any]:
-        """What the budget checks for ``room`` found at ``state`` so far: [keep or None, heirs,
-        shared heirs or None]. A child's witness is the first one found for its token (so it
-        does not depend on which check found it), for the smallest room that found one: a row
-        only admits a token whose witness fits its own room, and requests with other budgets
-        share the initial state. The initial state keeps its last ``_ROOMS`` rooms."""
-        entry = state._rooms.get(room)
+    def _room(self, state: PushdownState, room: int) -> RoomCheck:
+        """What the budget checks for ``room`` found at ``state`` so far. A child's witness is
+        the first one found for its token (so it does not depend on which check found it), for
+        the smallest room that found one: a row only admits a token whose witness fits its own
+        room, and requests with other budgets share the initial state. The initial state keeps
+        its last ``_ROOMS`` rooms."""
+        rooms = self._memos[state].rooms
+        entry = rooms.get(room)
         if entry is None:
-            if len(state._rooms) >= _ROOMS:
-                del state._rooms[next(iter(state._rooms))]
-            entry = state._rooms[room] = [None, {}, None]
+            if len(rooms) >= _ROOMS:
+                del rooms[next(iter(rooms))]
+            entry = rooms[room] = RoomCheck()
         return entry
 
     def _only_eos(self, mask: torch.Tensor, accepting: bool) -> torch.Tensor:
@@ -755,14 +814,14 @@ class PushdownGrammar(Grammar):
         done = self._completer
         keep = np.zeros(self._n, dtype=np.uint8)
         entry = self._room(state, room)
-        heirs = entry[1]
+        heirs = entry.heirs
         step = None if work is None else Work(work)  # every phase below draws on it
         check = _Check(state, room, keep, heirs, step)
         witness = self._witness_at(state, room)
         if witness is not None and len(witness) > room + 1 and not isinstance(witness, Found):
             # inherited from a check for a larger room (evicted from the shared initial
             # state's): search once for a shorter one
-            state._witness = Loose(witness)
+            self._memos[state].witness = Loose(witness)
             witness = self.completion(state)
         matcher, utf8 = state._matcher, state._utf8
         bits = self._bits(state)
@@ -806,7 +865,7 @@ class PushdownGrammar(Grammar):
             if unsafe is not None:  # (a key: what may still spell a listed name is tried on)
                 content = content & (unsafe ^ 1)
             keep |= content
-            entry[2] = (content, ends, table)
+            entry.shared = SharedHeirs(content, ends, table)
             if unsafe is None:
                 cand &= table < 0  # the other content tokens are not searched (docstring)
             else:  # (a key's witness may write a listed name: a shorter completion may exist)
@@ -832,8 +891,9 @@ class PushdownGrammar(Grammar):
                         found = self._searched(state, first, room, step)
                     if found is not None:
                         keep |= alike
-                        shared = entry[2]
-                        entry[2] = (shared[0] | alike, {**shared[1], 0: found}, shared[2])
+                        shared = entry.shared
+                        found_by = {**shared.witnesses, 0: found}
+                        entry.shared = SharedHeirs(shared.ids | alike, found_by, shared.keys)
                     cand &= alike ^ 1
                 if used is not witness:  # (the others: the completion it was asked with)
                     tails = self._tails(used, room)
@@ -849,7 +909,7 @@ class PushdownGrammar(Grammar):
                 whole = pool[afters == 0]
                 keep[whole[neutral[whole] == 1]] = 1
                 probed[whole] = True
-                entry[2] = (neutral, {0: tails[0]}, self._utf8_next[utf8])
+                entry.shared = SharedHeirs(neutral, {0: tails[0]}, self._utf8_next[utf8])
         text = self._text(witness)
         open_ = keep[pool] == 0
         uncertified = pool[open_]
@@ -865,8 +925,9 @@ class PushdownGrammar(Grammar):
                                               tok.spaces_only[uncertified], partial))]  # fmt: skip
         if len(uncertified):  # the tail, the splices that match y to the witness: a few parses
             self._matched(check, text, uncertified, tails, probed)
-        parent = None if state._hints is None else state._hints.get(room + 1)
-        for y, found in () if parent is None else parent[1].items():
+        hints = self._memos[state].hints
+        parent = None if hints is None else hints.get(room + 1)
+        for y, found in () if parent is None else parent.heirs.items():
             # what the parent's check one token earlier found for the same token (e.g. where
             # y closes a string: the content since changes nothing after it): one parse
             if (not keep[y] and bits[y] and len(found) <= room
@@ -1141,7 +1202,7 @@ class PushdownGrammar(Grammar):
         one the markers were certified in (``anyOf`` of ``^[a-z]+$`` and ``^[0-9]{9}$``)."""
         if self._marked is None or state._utf8 != 0:
             return None
-        matcher = self._marked.parser(state, required=False)
+        matcher = self._marked.parser(self._memos[state], required=False)
         if matcher is None:
             return None
         tok, eos = self._tokenizer, self._eos[0]
@@ -1261,7 +1322,7 @@ class PushdownGrammar(Grammar):
         counts = np.bincount(chars[whole], minlength=plain + 1)[1 : plain + 1]
         if not counts.any():
             return
-        matcher = self._marked.parser(state, required=False)
+        matcher = self._marked.parser(self._memos[state], required=False)
         if matcher is None:
             return
         marker, rests = tok.marker[1], self._suffixes(state, text)
@@ -1282,19 +1343,22 @@ class PushdownGrammar(Grammar):
     def _inherited(self, state: PushdownState, token: int) -> Any:
         """The witness a child starts with: what an admissible() call found for it, else the
         rest of its parent's witness when ``token`` begins it."""
-        for room in sorted(state._rooms):
-            _, heirs, shared = state._rooms[room]
-            if token in heirs:
-                return heirs[token]
-            if shared is not None and shared[0][token]:
-                found = shared[1].get(int(shared[2][token]))
+        memo = self._memos[state]
+        for room in sorted(memo.rooms):
+            entry = memo.rooms[room]
+            if token in entry.heirs:
+                return entry.heirs[token]
+            shared = entry.shared
+            if shared is not None and shared.ids[token]:
+                found = shared.witnesses.get(int(shared.keys[token]))
                 if found is not None:
                     return found
-        witness = state._witness
+        witness = memo.witness
         if witness and witness is not UNKNOWN and witness[0] == token:
             return witness[1:]
         return UNKNOWN
 
+    @_locked
     def admissible_bias(
         self, state: PushdownState, remaining: int | None, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
@@ -1322,6 +1386,7 @@ class PushdownGrammar(Grammar):
             bias[list(self._eos)] = 0
         return torch.from_numpy(bias).view(dtype)
 
+    @_locked
     def admissible_words(
         self, states: Sequence[PushdownState], remaining: Sequence[int | None]
     ) -> np.ndarray:
@@ -1334,7 +1399,7 @@ class PushdownGrammar(Grammar):
         self._fill_words([states[i] for i in plain])
         for i in plain:  # the parser's mask, EOS where the state accepts: allowed(), packed
             state = states[i]
-            out[i, : self._nwords] = state._words.view(np.int32)
+            out[i, : self._nwords] = self._memos[state].words.view(np.int32)
             if self.is_accepting(state):
                 self._set_eos(out[i])
         if other:
@@ -1373,7 +1438,8 @@ class PushdownGrammar(Grammar):
     def _fill_words(self, states: Sequence[PushdownState]) -> None:
         """The parser's masks of the distinct ``states`` not computed yet, together: one
         llguidance call fills them in parallel threads (it releases the GIL)."""
-        todo = list({id(s): s for s in states if s._words is None}.values())
+        memos = self._memos
+        todo = list({id(s): s for s in states if memos[s].words is None}.values())
         if len(todo) < 2:
             for state in todo:
                 self._words(state)
@@ -1384,28 +1450,30 @@ class PushdownGrammar(Grammar):
             words.ctypes.data, self._nwords * 4, len(todo),
         )  # fmt: skip
         for state, row in zip(todo, words.view(np.uint32), strict=True):
-            state._words = row & self._ok_words[state._utf8]
+            memos[state].words = row & self._ok_words[state._utf8]
 
     # -- internals ------------------------------------------------------------------------------
 
     def _words(self, state: PushdownState) -> np.ndarray:
         """The admissible non-EOS tokens at ``state``, packed as the parser writes them (bit
         ``t & 31`` of word ``t >> 5``), UTF-8 filter applied; computed once per state."""
-        if state._words is None:
+        memo = self._memos[state]
+        if memo.words is None:
             words = np.zeros(self._nwords, dtype=np.uint32)
             state._matcher.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
             words &= self._ok_words[state._utf8]
-            state._words = words
-        return state._words
+            memo.words = words
+        return memo.words
 
     def _bits(self, state: PushdownState) -> np.ndarray:
         """The admissible non-EOS tokens at ``state``, one 0/1 byte per id < n (the bool
-        tensor ``state._mask`` shares its memory)."""
-        if state._bits is None:
+        tensor ``Memo.mask`` shares its memory)."""
+        memo = self._memos[state]
+        if memo.bits is None:
             words = self._words(state)
-            state._bits = np.unpackbits(words.view(np.uint8), count=self._n, bitorder="little")
-            state._mask = torch.from_numpy(state._bits.view(np.bool_))
-        return state._bits
+            memo.bits = np.unpackbits(words.view(np.uint8), count=self._n, bitorder="little")
+            memo.mask = torch.from_numpy(memo.bits.view(np.bool_))
+        return memo.bits
 
     def _check_state(self, state: Any) -> None:
         if not isinstance(state, PushdownState) or state._owner is not self:
