@@ -43,10 +43,10 @@ def walk(model, grammar, ids: torch.Tensor, budget: int, seed: int) -> list[dict
         kept = g._kept(state, remaining)
         if kept is not None:
             room = remaining - 2
-            entry = g._room(state, room)
+            entry = g.budget_rule._room(state, room)
             saved = (dict(entry[1]), entry[2])  # (the unbounded check leaves them as they were)
             t0 = time.perf_counter()
-            whole = g._within(state, room, None).astype(bool)
+            whole = g.budget_rule._within(state, room, None).astype(bool)
             seconds = time.perf_counter() - t0
             entry[1].clear()
             entry[1].update(saved[0])

@@ -90,12 +90,13 @@ def walk_task(task: dict, tokenizer, layout: str, limit_s: float, lost: bool = F
 def unbounded_lost(g, state, remaining: int, admitted) -> int:
     """How many tokens the budgeted set ``admitted`` lacks that the same rule keeps without a
     bound on its work (every splice, a search for every candidate: the rule's own reference,
-    ``PushdownGrammar._within(state, room, None)``); 0 where no check applies (the parser's
+    ``CertifiedBudget._within(state, room, None)``); 0 where no check applies (the parser's
     mask is the set)."""
     keep = g._kept(state, remaining)
     if keep is None:
         return 0
-    full = g._within(state, remaining - 2, None)  # (room: after a token, its completion, EOS)
+    # (room: after a token, its completion, EOS)
+    full = g.budget_rule._within(state, remaining - 2, None)
     return int(np.count_nonzero(full & (keep ^ 1)))
 
 

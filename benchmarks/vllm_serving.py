@@ -344,7 +344,7 @@ def rowcost(args: argparse.Namespace) -> list[str]:
                 if out[-1] == EOS:
                     break
             cells.append(f"{1e3 * seconds / len(out):.1f}")
-        closing = getattr(g, "_closing", None)
+        closing = getattr(getattr(g, "budget_rule", None), "_closing", None)
         lines.append(f"| {row['name']} | {closing if closing is not None else '—'} | "
                      + " | ".join(cells) + " |")  # fmt: skip
     return lines

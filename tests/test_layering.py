@@ -148,6 +148,25 @@ def test_grammar_backends_depend_on_the_interface_only():
                 assert others <= allowed, (module, others)
 
 
+def test_the_budget_rule_is_a_layer_over_the_pushdown_core():
+    """hf_fvo.grammar.budget imports the interface and the pushdown core only; the compiler
+    alone builds it (the core does not know it: the compiler attaches it), and no module outside
+    the grammar layer imports a backend or the budget rule: they ask the Grammar interface."""
+    graph = _graph()
+    engines = ("hf_fvo.grammar.pushdown", "hf_fvo.grammar.automaton", "hf_fvo.grammar.budget")
+    for module, targets in graph.items():
+        if module.startswith("hf_fvo.grammar.budget"):
+            own = ("hf_fvo.grammar.budget", "hf_fvo.grammar.pushdown")
+            others = {t for t in targets
+                      if t.startswith("hf_fvo.grammar") and not t.startswith(own)}  # fmt: skip
+            assert others <= {"hf_fvo.grammar.interface"}, (module, others)
+        elif not module.startswith("hf_fvo.grammar"):
+            assert not {t for t in targets if t.startswith(engines)}, module
+    builders = {m for m, targets in graph.items() if not m.startswith("hf_fvo.grammar.budget")
+                and any(t.startswith("hf_fvo.grammar.budget") for t in targets)}  # fmt: skip
+    assert builders == {"hf_fvo.grammar.compiler"}, builders
+
+
 @pytest.mark.parametrize("bad", [{"a": {"b"}, "b": {"a"}}, {"a": {"b"}, "b": {"c"}, "c": {"a"}}])
 def test_the_cycle_finder_finds_cycles(bad):
     assert _cycle(bad) is not None and _cycle({"a": {"b"}, "b": set()}) is None

@@ -37,6 +37,7 @@ from hf_fvo.grammar.automaton import (
     from_transitions,
 )
 from hf_fvo.grammar.automaton.build import COMPILE_TIMEOUT_S, DEFAULT_MAX_STATES
+from hf_fvo.grammar.budget import CertifiedBudget
 from hf_fvo.grammar.interface import Grammar, register_compiler
 from hf_fvo.grammar.pushdown import (
     PushdownGrammar,
@@ -414,9 +415,9 @@ class GrammarCompiler:
         def build() -> PushdownGrammar:
             if self._pushdown_tokenizer is None:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
+            budget = CertifiedBudget(closing, shortest, member, lower, texts, closer, raw)
             grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
-                                      source, notes, finite, closing, shortest,
-                                      member, lower, texts, closer, raw)  # fmt: skip
+                                      source, notes, finite, budget=budget)  # fmt: skip
             if check is not None:
                 grammar._attach_check(check, checked)
             return grammar

@@ -228,7 +228,7 @@ def _lazy_runs(monkeypatch, g, lm, n, draws, seed, trials):
     """Particle runs with ``trials`` draws checked before a lazy A_t is resolved; also how
     many steps were lazy and how many resolved."""
     import hf_fvo.generation.particles as particles
-    import hf_fvo.grammar.pushdown.grammar as pushdown
+    import hf_fvo.grammar.budget.certified as pushdown
 
     monkeypatch.setattr(particles, "_TRIALS", trials)
     monkeypatch.setattr(pushdown, "_LAZY_SLACK", 0)  # lazy wherever a witness fits

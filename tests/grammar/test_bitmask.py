@@ -53,7 +53,7 @@ def test_batched_words_are_the_rows_admissible_sets(backend, smol_tokenizer):
     walks = _walks(smol_tokenizer, 6, backend)
     assert len(walks) >= 4
     for g, states in walks:
-        closing = getattr(g, "_closing", None)
+        closing = getattr(getattr(g, "budget_rule", None), "_closing", None)
         budgets = [None, 1] + ([closing + 2] if closing is not None else [])
         rows = [(s, b) for s in states for b in budgets] + [(states[0], None)] * 3
         words = g.admissible_words([s for s, _ in rows], [b for _, b in rows])

@@ -239,7 +239,7 @@ def test_the_probe_mask_matches_a_walk_per_token(smol_tokenizer):
     s = g.walk(smol_tokenizer.encode('{"name":"hello wo'))
     witness = g.completion(s)
     text = b"".join(g.vocabulary.token_bytes[t] for t in witness)
-    neutral = g._probe(s, text)
+    neutral = g.budget_rule._probe(s, text)
     rng = random.Random(0)
     candidates = g.allowed(s).nonzero().flatten().tolist()
     for y in rng.sample(candidates, 400) + smol_tokenizer.encode('"\\'):
@@ -312,7 +312,7 @@ def test_a_long_witness_inside_a_string_is_probed_in_parts(smol_tokenizer):
     witness = g.completion(s)
     text = b"".join(g.vocabulary.token_bytes[t] for t in witness)
     assert len(g._tokenizer.probe(text)) > 1  # more than one part
-    neutral = g._probe(s, text)
+    neutral = g.budget_rule._probe(s, text)
     candidates = g.allowed(s).nonzero().flatten().tolist()
     for y in random.Random(1).sample(candidates, 200) + smol_tokenizer.encode('"\\'):
         if y in g.eos_token_ids or g._utf8_next[s._utf8, y] != 0:
@@ -340,7 +340,8 @@ def test_a_probe_vocabulary_is_built_once_parsing_would_cost_as_much_and_sets_do
     assert int(g.allowed(s).sum()) > 10_000
     tk._probes.pop(suffix)
     tk._asked.pop(suffix)
-    parsed = g._within(s, room).copy()  # the candidates parsed: asked once, below the rent
+    # the candidates parsed: asked once, below the rent
+    parsed = g.budget_rule._within(s, room).copy()
     tail = len(g.completion(s))
     each = engine._PARSE_US[0] + engine._PARSE_US[1] * tail  # µs a parse of a candidate
     assert suffix not in tk._probes and tk._asked.get(suffix) > 10_000 * each
@@ -349,8 +350,8 @@ def test_a_probe_vocabulary_is_built_once_parsing_would_cost_as_much_and_sets_do
     assert tk.probe(suffix, 2, tail) is not None and suffix in tk._probes  # now built, and kept
     fresh = g.walk(prefix)
     assert fresh is not s
-    probed = g._within(fresh, room)
-    assert g._memos[fresh].rooms[room].shared is not None  # the probe decided this time
+    probed = g.budget_rule._within(fresh, room)
+    assert g.budget_rule._memos[fresh].rooms[room].shared is not None  # the probe decided this time
     assert (parsed == probed).all() and parsed.sum() > 1_000
 
 
@@ -364,14 +365,14 @@ def test_with_no_room_left_a_token_is_kept_exactly_where_its_next_state_accepts(
     done = g._completer
     for text in ('{"n":1', '{"n":12}'[:-1], '{"n":-', '{"n"'):
         s = g.walk(smol_tokenizer.encode(text))
-        searcher = g._bytewise.parser(g._memos[s])
+        searcher = g.budget_rule._bytewise.parser(g.budget_rule._memos[s])
         kept = 0
         for y in g.allowed(s).nonzero().flatten().tolist():
             if y in g.eos_token_ids:
                 continue
             found = done.complete(s._matcher, searcher, s._utf8, first=y, passes="breadth")
             want = () if found == () else None
-            assert g._searched(s, y, 0) == want, (text, smol_tokenizer.decode([y]))
+            assert g.budget_rule._searched(s, y, 0) == want, (text, smol_tokenizer.decode([y]))
             kept += want == ()
         assert kept == (1 if text.startswith('{"n":1') else 0)  # "}" closes it
 
@@ -463,8 +464,8 @@ def _checked_steps(g, ids):
         if witness is None:
             return
         room = len(witness) + 3
-        keep = g._within(s, room)
-        yield s, tuple(witness), room, keep, g._room(s, room).shared
+        keep = g.budget_rule._within(s, room)
+        yield s, tuple(witness), room, keep, g.budget_rule._room(s, room).shared
         s = g.next_state(s, token)
         if s is None:
             return
@@ -492,7 +493,7 @@ def test_the_string_certificate_admits_exactly_what_a_parse_per_token_admits(smo
             g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
         except GrammarError:
             continue
-        if getattr(g, "_marked", None) is None:
+        if g.budget_rule._marked is None:
             continue
         table, done = g._tokenizer.content_after, g._completer
         for s, _, _, keep, shared in _checked_steps(g, smol_tokenizer.encode(text)[:60]):
@@ -509,7 +510,7 @@ def test_the_string_certificate_admits_exactly_what_a_parse_per_token_admits(smo
                         row["description"], y, tail)  # fmt: skip
                     escapes += bool(content[y]) and table[y] >= 8
                 states += 1
-                counted += g._counted
+                counted += g.budget_rule._counted
                 schemas.add(row["description"])
         if states >= 80 and len(schemas) >= 3 and counted >= 10:
             break
@@ -543,14 +544,14 @@ def test_the_key_and_pattern_certificates_admit_only_what_a_parse_admits(smol_to
             g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
         except GrammarError:
             continue
-        marked = getattr(g, "_marked", None)
-        if marked is None or (not g._key_names if mode == "key" else "\nPATTERN_" not in
+        marked = g.budget_rule._marked
+        if marked is None or (not g.budget_rule._key_names if mode == "key" else "\nPATTERN_" not in
                               marked.definition):  # fmt: skip
             continue
         tok = g._tokenizer
 
         def kind(s, witness, marked=marked, tok=tok, g=g):  # which marker it was asked with
-            parser = marked.parser(g._memos[s], required=False)
+            parser = marked.parser(g.budget_rule._memos[s], required=False)
             tail = [*witness, smol_tokenizer.eos_token_id]
             for name, marker in (("string", tok.marker), ("key", tok.key_marker)):
                 if parser.validate_tokens([marker[1], *tail]) == len(tail) + 1:
@@ -561,7 +562,9 @@ def test_the_key_and_pattern_certificates_admit_only_what_a_parse_admits(smol_to
         text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
                           ensure_ascii=False)  # fmt: skip
         for s, witness, room, keep, shared in _checked_steps(g, smol_tokenizer.encode(text)[:200]):
-            inside = None if shared is None else g._inside_string(s, witness, lambda _: [], room)
+            rule = g.budget_rule
+            inside = (None if shared is None
+                      else rule._inside_string(s, witness, lambda _: [], room))  # fmt: skip
             if inside is not None and inside[1] is not None and kind(s, witness) == mode:
                 unsafe = inside[1]
                 content, ends = shared.ids, shared.witnesses
@@ -731,7 +734,7 @@ def test_the_byte_search_walks_a_forced_run_at_once_and_finds_what_it_found_byte
             continue
         done, s = g._completer, g.initial_state
         for token in smol_tokenizer.encode(json.dumps(data, separators=(",", ":")))[:40]:
-            searcher = g._bytewise.parser(g._memos[s])
+            searcher = g.budget_rule._bytewise.parser(g.budget_rule._memos[s])
             before = searcher.compute_bitmask()
             got = done._bytes_bfs(searcher, s._utf8)
             assert got == byte_by_byte(done, searcher, s._utf8), (row.get("description"), got)
@@ -761,13 +764,13 @@ def test_a_child_spells_its_witness_s_suffixes_from_its_parent_s_list(smol_token
         for _ in range(12):
             if not witness:
                 break
-            text = g._text(witness)
-            spellings = g._suffixes(s, text)
+            text = g.budget_rule._text(witness)
+            spellings = g.budget_rule._suffixes(s, text)
             assert spellings == g._completer.suffix_spellings(text)
             child = g.next_state(s, witness[0])
-            if g._memos[child].witness == witness[1:] and witness[1:]:
-                rest = g._text(witness[1:])
-                kept = g._suffixes(child, rest)
+            if g.budget_rule._memos[child].witness == witness[1:] and witness[1:]:
+                rest = g.budget_rule._text(witness[1:])
+                kept = g.budget_rule._suffixes(child, rest)
                 assert kept == g._completer.suffix_spellings(rest)
                 assert kept[0] is spellings[len(text) - len(rest)]  # sliced, not recomputed
                 sliced += 1
@@ -797,7 +800,7 @@ def test_every_token_a_splice_completes_in_time_is_admitted(smol_tokenizer):
     for which y then one of the witness's splices (its bytes less their first few,
     re-spelled in the fewest tokens, fitting the room) parses to acceptance is admitted,
     wherever the state's candidates fit the splice parses one call may take."""
-    from hf_fvo.grammar.pushdown.grammar import _SPLICE_TRIES
+    from hf_fvo.grammar.budget.certified import _SPLICE_TRIES
 
     rng = random.Random(5)
     checked, spliced, schemas = 0, 0, set()
@@ -815,7 +818,9 @@ def test_every_token_a_splice_completes_in_time_is_admitted(smol_tokenizer):
             remaining = budget - step
             witness, room = g.completion(s), remaining - 2
             admitted = g.admissible(s, remaining)
-            splices = g._splices(s, room, g._text(witness)) if witness and room > 0 else []
+            rule = g.budget_rule
+            splices = (rule._splices(s, room, rule._text(witness))
+                       if witness and room > 0 else [])  # fmt: skip
             candidates = g._bits(s).nonzero()[0].tolist()
             if splices and len(candidates) * len(splices) <= _SPLICE_TRIES:
                 for y in candidates:
@@ -852,7 +857,7 @@ def test_a_depth_first_witness_keeps_no_sign_or_optional_member_it_can_do_withou
         monkeypatch.setattr(completion, "_CUT_TRIES", cuts)
         g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", strict=False)
         g = pickle.loads(pickle.dumps(g))  # a fresh copy: no witness found yet
-        g._closer = None
+        g.budget_rule._closer = None
         state = g.walk(smol_tokenizer.encode('{"title":"b'))
         witness = g.completion(state)
         assert smol_tokenizer.decode(witness) == want
@@ -968,7 +973,7 @@ def test_a_content_token_written_in_place_of_the_witness_s_characters_is_admitte
     assert len(usd) == 1 and admitted[usd[0]]
     done, room = g._completer, remaining - 2
     for y in admitted[: g._n].nonzero().flatten().tolist():
-        rest = g._inherited(state, y)
+        rest = g.budget_rule._inherited(state, y)
         assert isinstance(rest, tuple) and len(rest) <= room, smol_tokenizer.decode([y])
         assert done.accepts(state._matcher, state._utf8, (y, *rest)), smol_tokenizer.decode([y])
 
@@ -983,7 +988,7 @@ def test_the_work_bound_gives_the_same_sound_set_on_every_run(smol_tokenizer, mo
     closing that fits."""
     import pickle
 
-    import hf_fvo.grammar.pushdown.grammar as pushdown
+    import hf_fvo.grammar.budget.certified as pushdown
 
     checks = []
 
@@ -1004,22 +1009,23 @@ def test_the_work_bound_gives_the_same_sound_set_on_every_run(smol_tokenizer, mo
         state = grammar.walk(prefix)
         room = 60
         checks.clear()
-        kept = grammar._within(state, room, pushdown._STEP_WORK)
+        kept = grammar.budget_rule._within(state, room, pushdown._STEP_WORK)
         budget = checks[0]  # (made first; a witness search may make another)
         assert budget.done and budget.spent <= 300, (budget.left, budget.spent)
         sets.append(kept.nonzero()[0].tolist())
         done = grammar._completer
         for y in sets[-1]:
-            rest = grammar._inherited(state, y)
+            rest = grammar.budget_rule._inherited(state, y)
             assert isinstance(rest, tuple) and len(rest) <= room
             assert done.accepts(state._matcher, state._utf8, (y, *rest))
     assert sets[0] == sets[1]
     state = g.walk(prefix)
-    whole = g._within(state, 60, None).nonzero()[0].tolist()
+    whole = g.budget_rule._within(state, 60, None).nonzero()[0].tolist()
     assert set(sets[0]) < set(whole), (len(sets[0]), len(whole))
     monkeypatch.undo()
     fresh = pickle.loads(pickle.dumps(g))
-    closed = fresh._within(fresh.walk(prefix), 60, pushdown._STEP_WORK).nonzero()[0].tolist()
+    closed = fresh.budget_rule._within(fresh.walk(prefix), 60, pushdown._STEP_WORK)
+    closed = closed.nonzero()[0].tolist()
     assert closed == whole
 
 
@@ -1035,7 +1041,7 @@ def test_a_descent_without_the_schema_s_texts_leaves_a_run_of_content_behind(smo
         smol_tokenizer, whitespace="",
     )  # fmt: skip
     bare = pickle.loads(pickle.dumps(g))
-    bare._pieces = ()
+    bare.budget_rule._pieces = ()
     witness = bare.completion(bare.walk(smol_tokenizer.encode('{"bar":"')))
     assert witness is not None and len(witness) <= 4, smol_tokenizer.decode(witness or [])
 
@@ -1158,21 +1164,22 @@ def test_a_key_s_content_is_decided_as_one_and_agrees_with_a_search_per_token(sm
 
         return call
 
-    g._searched, g._closed = recorded(g._searched), recorded(g._closed)
+    rule = g.budget_rule
+    rule._searched, rule._closed = recorded(rule._searched), recorded(rule._closed)
     for prefix in ['{ "a":1,"genomeathy', '{"a":1," Warren', '{"a":1,"b']:
         state = g.walk(smol_tokenizer.encode(prefix))
         witness = g.completion(state)
-        unsafe = g._unsafe_keys(state)
+        unsafe = g.budget_rule._unsafe_keys(state)
         alike = np.flatnonzero(g._bits(state) & (table[: g._n] == 0) & (unsafe[: g._n] ^ 1))
         assert len(alike) > 10_000, (prefix, len(alike))  # (most of the vocabulary)
         for room in range(max(0, len(witness) - 2), len(witness) + 2):
             asked.clear()
-            keep = g._within(state, room)
+            keep = g.budget_rule._within(state, room)
             assert len({*asked} & {*alike.tolist()}) <= 1, (prefix, room)  # (one for all)
             for y in rng.choice(alike, 12, replace=False).tolist():
                 own = g.completion(g.next_state(state, y))
                 if keep[y]:
-                    rest = g._inherited(state, y)
+                    rest = g.budget_rule._inherited(state, y)
                     assert len(rest) <= room and done.accepts(state._matcher, 0, (y, *rest))
                 if own is not None and len(own) <= room:
                     assert keep[y], (prefix, room, smol_tokenizer.decode([y]))

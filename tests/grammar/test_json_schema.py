@@ -666,7 +666,7 @@ def test_pattern_properties_are_lowered_where_one_schema_covers_every_other_key(
         "patternProperties": {"^x-": {"type": "integer"}, "[0-9]$": {"type": "integer"}},
     }
     g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
-    assert "start: %json" not in g._definition and g._marked is not None
+    assert "start: %json" not in g._definition and g.budget_rule._marked is not None
     for text, valid in {'{"id":"a","x-a":2}': True, '{"x-a":2.0,"b1":3}': True, '{}': True,
                         '{"id":"\\u0061"}': True, '{"x-a":"s"}': False, '{"y":1}': False,
                         '{"x-a":1,"id":"a"}': False,  # (listed names first: the JSON mode's order)

@@ -91,4 +91,5 @@ def test_a_budget_below_the_bound_is_refused_at_once(smol_tokenizer):
     longest = max(len(b) for b in g.vocabulary.token_bytes if b)
     assert g.min_tokens_to_accept(start) == math.ceil(1_000_002 / longest)
     assert not g.admissible(start, 64).any()
-    assert g._memos[start].witness is None  # deeper than the search goes: never searched for
+    # deeper than the search goes: never searched for
+    assert g.budget_rule._memos[start].witness is None

@@ -172,7 +172,7 @@ def test_a_refusal_asks_the_lower_bound_only_for_what_it_needs(smol_tokenizer):
         asked.append(goal)
         return 60 if goal is None else min(60, goal)  # reaches a small goal, stops there
 
-    g._lower, g._lower_value = lower, None
+    g.budget_rule._lower, g.budget_rule._lower_value = lower, None
     upper = g.tokens_to_accept(g.initial_state)
     assert upper is not None and upper > 60
     assert isinstance(g.budget_refusal(g.initial_state, 30), BudgetTooSmallError)
