@@ -1086,8 +1086,13 @@ def test_a_member_is_admitted_whole_at_exactly_its_own_length(smol_tokenizer, ro
     (``sp_410``), where the closings offered four enum values longer than a fifth
     (``o51221``), and, with ``strict=False`` (open objects), where the closings of tokens
     ending inside a character spent the work before the rest of a listed key was tried
-    (``o45117``, ``kb_206``). ``o29019`` guards the closings' key order: sorted by length,
-    they lost the only key that fits."""
+    (``o45117``, ``kb_206``), where a character's first byte was refused because the string
+    certificate kept the witness that writes a character before it closes, not its rest from
+    the closing quote, as long in certified counts and one token shorter (``o65929``), and
+    where the work ran out on shorter tokens before the rest of a ``patternProperties`` key
+    (``meta`` after ``{"_``) was tried, now kept first as a beginning of the state's own
+    closing (``o90425``). ``o29019`` guards the closings' key order: sorted by length, they
+    lost the only key that fits."""
     from hf_fvo.eval.instances import in_schema_order
 
     schema, data = row["schema"], row["tests"][0]["data"]

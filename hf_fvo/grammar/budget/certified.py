@@ -71,6 +71,8 @@ _SEARCH_WORK = 1 << 15  # parser operations a state's own witness search may spe
 _SHORTER_WORK = 1 << 13  # and its search for one shorter than a loose witness it inherited
 _CLOSE_CREDIT = 2048  # and its closings (each success earns back what it cost, and 3 more)
 _CLOSING = 16  # operations a closing written counts for (the schema cursor's Python: ~100 µs)
+_PREFIXES_FROM = 64  # candidates left from which the state's own closings' prefixes go first
+_PREFIX_CLOSINGS = 16  # and how many of its closings they are read from
 _MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _CURSORS = 4096  # JSON cursors (and closing spellings) kept per grammar, by path (by text)
@@ -79,7 +81,7 @@ _PROBE_BYTES = 512  # longest witness probed (the vocabulary is split into parts
 
 
 class _Check(NamedTuple):
-    """One budget check in progress (:meth:`PushdownGrammar._within`): the state, the room
+    """One budget check in progress (:meth:`CertifiedBudget._within`): the state, the room
     after a token, what it keeps so far (0/1 per id) and the children's witnesses it found, by
     token; each certificate adds to the last two."""
 
@@ -839,6 +841,10 @@ class CertifiedBudget:
                 elif tries is not None and not tries.left:
                     break
             uncertified = uncertified[keep[uncertified] == 0]
+        if len(uncertified) > _PREFIXES_FROM and self._closer is not None:
+            # more than the closings below reach: what begins one of the state's own first
+            self._closing_prefixes(check, uncertified)
+            uncertified = uncertified[keep[uncertified] == 0]
         if len(uncertified) and self._closer is not None:  # a closing each: a parse, no search
             tries = None if step is None else step.part(_CLOSE_CREDIT)
             last: tuple[int, ...] | None = None  # (alike tokens close alike: one parse first)
@@ -998,6 +1004,35 @@ class CertifiedBudget:
                     keep[y] = 1
                     heirs.setdefault(y, rest)
 
+    def _closing_prefixes(self, check: _Check, cand: np.ndarray) -> None:
+        """Keep the candidates (``cand``, in order) that spell a beginning of one of the state's
+        own closings (the schema's, nothing written first: :meth:`_closed`) when the rest, in
+        the fewest tokens, fits: where the witness closes a key the schema allows, the tokens
+        that go on to another (``meta`` after ``{"_``, where ``_meta`` is a pattern's key and
+        ``^\\w$`` takes ``_``), an enum's other values. Each closing written spends
+        ``_CLOSING`` of the check's work, each parse one."""
+        state, room, keep, heirs, work = check
+        cursor = self._cursor(state)
+        if cursor is None:
+            return
+        done, bits = self._completer, self._bits(state)
+        wanted = set(cand.tolist())
+        for n, text in enumerate(cursor.each_closing_bytes()):
+            if n >= _PREFIX_CLOSINGS or not spend(work, _CLOSING):
+                return
+            for j in range(1, min(len(text), done.longest) + 1):
+                for y in done.spellings.get(text[:j], ()):
+                    if y >= self._n or keep[y] or not bits[y] or y not in wanted:
+                        continue
+                    rest = self._fewest(text[j:])
+                    if rest is None or len(rest) > room:
+                        continue
+                    if not spend(work):
+                        return
+                    if done.accepts(state._matcher, state._utf8, (y, *rest)):
+                        keep[y] = 1
+                        heirs.setdefault(y, Loose(rest))
+
     def _probe(
         self, state: PushdownState, suffix: bytes, asked: int | None = None, tail: int = 1
     ) -> np.ndarray | None:
@@ -1134,7 +1169,9 @@ class CertifiedBudget:
                             and completes(tok.marker[1], 1, other_used)):  # fmt: skip
                         other = by_count(tok.marker[1], other_used, self._counted)
                         certified = other[counts(other_used)].sum()
-                        if certified > best:
+                        if certified > best or (certified == best and len(other_used) < len(used)):
+                            # (as many counts, in fewer tokens: a token that ends inside a
+                            # character, its fill, then this fit where the longer did not)
                             fits, used, best = other, other_used, certified
             return fits, None, used, False
         if self._key_names and takes(tok.key_marker) and completes(tok.key_marker[1], 1, witness):

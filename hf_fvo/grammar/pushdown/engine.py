@@ -423,7 +423,7 @@ def marked_definition(
     """An own-lexeme JSON grammar (:func:`json_lark_definition`) whose string lexemes — the free
     ``STRING`` and the bounded ``STRING_m_M`` — also admit the raw control byte ``byte`` as a
     character (counted like one), for the string certificate of
-    :meth:`~hf_fvo.grammar.pushdown.PushdownGrammar.admissible`; ``None`` for grammars without
+    :meth:`~hf_fvo.grammar.budget.CertifiedBudget.admissible`; ``None`` for grammars without
     such a lexeme. With ``key_byte``, the lexemes of an object's other keys (``KEY_EXTRA``: a
     free string that is none of the listed names, :func:`key_names`) admit that byte as a
     character too, where their names read back. With ``pattern_byte`` and ``raw`` (the
