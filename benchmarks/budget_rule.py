@@ -40,17 +40,17 @@ def walk(model, grammar, ids: torch.Tensor, budget: int, seed: int) -> list[dict
         past = out.past_key_values
         probs = torch.softmax(out.logits[0, -1].double(), -1).numpy()
         admitted = g.admissible(state, remaining).numpy()
-        kept = g._kept(state, remaining)
+        kept = g.budget_rule.kept(state, remaining)
         if kept is not None:
             room = remaining - 2
             entry = g.budget_rule._room(state, room)
-            saved = (dict(entry[1]), entry[2])  # (the unbounded check leaves them as they were)
+            saved = (dict(entry.heirs), entry.shared)  # (the unbounded check leaves them so)
             t0 = time.perf_counter()
             whole = g.budget_rule._within(state, room, None).astype(bool)
             seconds = time.perf_counter() - t0
-            entry[1].clear()
-            entry[1].update(saved[0])
-            entry[2] = saved[1]
+            entry.heirs.clear()
+            entry.heirs.update(saved[0])
+            entry.shared = saved[1]
             n = len(whole)
             dropped = whole & ~admitted[:n]
             eos = [e for e in g.eos_token_ids if admitted[e]]

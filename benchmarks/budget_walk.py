@@ -92,7 +92,7 @@ def unbounded_lost(g, state, remaining: int, admitted) -> int:
     bound on its work (every splice, a search for every candidate: the rule's own reference,
     ``CertifiedBudget._within(state, room, None)``); 0 where no check applies (the parser's
     mask is the set)."""
-    keep = g._kept(state, remaining)
+    keep = g.budget_rule.kept(state, remaining)
     if keep is None:
         return 0
     # (room: after a token, its completion, EOS)
