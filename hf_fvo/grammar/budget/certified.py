@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -988,21 +988,28 @@ class CertifiedBudget:
         """Keep the tokens that spell a beginning of the witness's bytes when the rest, in the
         fewest tokens, fits."""
         state, room, keep, heirs, work = check
-        done = self._completer
         if len(witness) - 1 <= room:
             keep[witness[0]] = 1
             heirs.setdefault(witness[0], witness[1:])
         text = self._text(witness)
+        for j, y in self._beginnings(text, self._bits(state), keep):
+            if not spend(work):
+                return
+            rest = self._spelled_rest(state, y, text, j, room)
+            if rest is not None:
+                keep[y] = 1
+                heirs.setdefault(y, rest)
+
+    def _beginnings(
+        self, text: bytes, among: np.ndarray, keep: np.ndarray
+    ) -> Iterator[tuple[int, int]]:
+        """(j, y) for each token y < n that spells ``text[:j]`` exactly, is among ``among``
+        (0/1 per id) and is not kept yet, shortest beginnings first."""
+        done = self._completer
         for j in range(1, min(len(text), done.longest) + 1):
             for y in done.spellings.get(text[:j], ()):
-                if y >= self._n or keep[y] or not self._bits(state)[y]:
-                    continue
-                if not spend(work):
-                    return
-                rest = self._spelled_rest(state, y, text, j, room)
-                if rest is not None:
-                    keep[y] = 1
-                    heirs.setdefault(y, rest)
+                if y < self._n and among[y] and not keep[y]:
+                    yield j, y
 
     def _closing_prefixes(self, check: _Check, cand: np.ndarray) -> None:
         """Keep the candidates (``cand``, in order) that spell a beginning of one of the state's
@@ -1015,23 +1022,21 @@ class CertifiedBudget:
         cursor = self._cursor(state)
         if cursor is None:
             return
-        done, bits = self._completer, self._bits(state)
-        wanted = set(cand.tolist())
+        done = self._completer
+        among = np.zeros(self._n, dtype=np.uint8)
+        among[cand] = 1  # (the candidates are admissible: a subset of the parser's mask)
         for n, text in enumerate(cursor.each_closing_bytes()):
             if n >= _PREFIX_CLOSINGS or not spend(work, _CLOSING):
                 return
-            for j in range(1, min(len(text), done.longest) + 1):
-                for y in done.spellings.get(text[:j], ()):
-                    if y >= self._n or keep[y] or not bits[y] or y not in wanted:
-                        continue
-                    rest = self._fewest(text[j:])
-                    if rest is None or len(rest) > room:
-                        continue
-                    if not spend(work):
-                        return
-                    if done.accepts(state._matcher, state._utf8, (y, *rest)):
-                        keep[y] = 1
-                        heirs.setdefault(y, Loose(rest))
+            for j, y in self._beginnings(text, among, keep):
+                rest = self._fewest(text[j:])
+                if rest is None or len(rest) > room:
+                    continue
+                if not spend(work):
+                    return
+                if done.accepts(state._matcher, state._utf8, (y, *rest)):
+                    keep[y] = 1
+                    heirs.setdefault(y, Loose(rest))
 
     def _probe(
         self, state: PushdownState, suffix: bytes, asked: int | None = None, tail: int = 1
