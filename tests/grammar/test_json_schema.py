@@ -732,3 +732,32 @@ def test_an_object_with_hundreds_of_properties_compiles_in_the_json_mode(smol_to
     text = '{"p0":1,"p256":2}'
     assert g.is_accepting(g.walk(smol_tokenizer.encode(text)))
     assert g.walk(smol_tokenizer.encode('{"p256":2,"p0":1}')) is None  # schema order
+
+
+def test_a_type_beside_any_of_is_lowered_into_each_branch(smol_tokenizer):
+    """``{"type": T, "anyOf": [...]}`` (the format expansion writes it: a format applies to
+    strings only) is lowered with hf_fvo's lexemes as the branches each cut to T, the branches
+    no value of T satisfies dropped; the language is the schema's (jsonschema, formats
+    asserted). Before, the whole schema went to llguidance's JSON mode (Snowplow sp_367's
+    ``host``), without the budget rule's string certificates."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "host": {"type": "string", "anyOf": [{"format": "ipv4"}, {"pattern": "^[a-z]+$"}]},
+            "n": {"type": ["integer", "string"],
+                  "anyOf": [{"type": "number", "minimum": 3}, {"maxLength": 1},
+                            {"type": "boolean"}]},
+        },
+        "additionalProperties": False,
+    }  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    assert "start: %json" not in g._definition and not g.notes
+    import jsonschema
+
+    check = jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    for text in ['{"host":"1.2.3.4"}', '{"host":"abc"}', '{"host":"1.2.3"}', '{"host":"A"}',
+                 '{"host":3}', '{"n":3}', '{"n":2}', '{"n":3.5}', '{"n":"x"}', '{"n":"xy"}',
+                 '{"n":true}', '{"n":null}', '{"host":"9.9.9.9","n":"7"}']:  # fmt: skip
+        assert accepts(g, smol_tokenizer, text) == check.is_valid(json.loads(text)), text

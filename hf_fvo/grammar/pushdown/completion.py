@@ -531,6 +531,12 @@ class Completer:
                             if m.validate_tokens(list(piece)) == len(piece):
                                 child = m.deep_copy()
                                 child.consume_tokens(list(piece))
+                                if not spend(work):
+                                    return None
+                                if self._bits(child, u) == bits:
+                                    continue  # (it changed nothing allowed: inside an
+                                    # unanchored pattern another pattern's match, written
+                                    # again and again, never completes this one)
                                 children.append((child, u, text + piece, None, -1, frozenset(),
                                                  -1, (*idle, (start, start + 1))))  # fmt: skip
                         if children:  # (tried before the node's own bytes, the first first)
@@ -541,6 +547,8 @@ class Completer:
             if not todo:
                 continue
             b, rest = todo[0], todo[1:]
+            if len(text) + 1 >= limit and not spend(work):  # (a child at the limit is
+                return None  # only asked whether it accepts: its advance counts here)
             stack.append((m, u, text, rest, parent_bits, run, start, idle))
             stack.append((advanced(m, b), self._byte_next[u][b], text + bytes([b]), None,
                           parent_bits, run, start, idle))  # fmt: skip

@@ -30,6 +30,7 @@ __all__ = ["continuation"]
 _STATES = 1 << 15  # automaton states a pattern may need (counted repeats copied; a
 # format's, uri-reference's: 5,481), else not read
 _VISITS = 2048  # sets of states one search may visit before it gives up
+_STEPS = 1 << 16  # moves (a set of states, a character) kept per pattern
 # what a continuation writes, the likeliest first: plain ASCII a tokenizer spells cheaply (the
 # quote and the backslash last: JSON escapes them)
 _WRITTEN = "a0A-_.:/ bcdefghijklmnopqrstuvwxyz123456789BCDEFGHIJKLMNOPQRSTUVWXYZ!#$%&'()*+,;<=>?@[]^`{|}~\"\\"  # noqa: E501
@@ -78,6 +79,8 @@ class _Machine:
         self.initial = self.final = 0
         self.start: frozenset[int] = frozenset()
         self.found: dict[frozenset[int], str | None] = {}
+        # (set, code point) → the next set: the searches meet the same sets again and again
+        self._steps: dict[tuple[frozenset[int], int], frozenset[int]] = {}
 
     def new(self) -> int:
         if len(self.eps) >= _STATES:
@@ -98,10 +101,18 @@ class _Machine:
     def step(self, states: frozenset[int], code: int) -> frozenset[int]:
         if self.free_end and self.final in states:
             return states  # (matched: anything may follow)
-        out = [t for s in states for spans, t in self.moves[s]
-               if any(lo <= code <= hi for lo, hi in spans)]  # fmt: skip
-        found = self.closure(out)
-        return found | self.start if self.free_start else found
+        key = (states, code)
+        found = self._steps.get(key)
+        if found is None:
+            out = [t for s in states for spans, t in self.moves[s]
+                   if any(lo <= code <= hi for lo, hi in spans)]  # fmt: skip
+            found = self.closure(out)
+            if self.free_start:
+                found |= self.start
+            if len(self._steps) >= _STEPS:
+                self._steps.clear()
+            self._steps[key] = found
+        return found
 
     def nearest(self, states: frozenset[int]) -> str | None:
         """The shortest text over :data:`_WRITTEN` from ``states`` to a match, breadth first

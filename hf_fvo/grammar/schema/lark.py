@@ -202,6 +202,8 @@ class _Lark:
                 raise _NotLowered  # an intersection with the target
             return self.reference(node["$ref"])
         if "anyOf" in node:
+            if set(node) - {"anyOf", "$defs"} == {"type"}:
+                return self.lowered(self.typed_branches(node))
             if set(node) - {"anyOf", "$defs"} or not node["anyOf"]:
                 raise _NotLowered
             branches = [m for m in node["anyOf"] if m is True or types_of(m, self.defs)]
@@ -224,6 +226,39 @@ class _Lark:
         parts = [self.typed(k, {key: node[key] for key in _BY_KIND[k] if key in node})
                  for k in kinds]  # fmt: skip
         return parts[0] if len(parts) == 1 else "(" + " | ".join(parts) + ")"
+
+    def typed_branches(self, node: dict[str, Any]) -> dict[str, Any]:
+        """``{"type": T, "anyOf": [B…]}`` as ``{"anyOf": [B ∧ {"type": T}…]}`` (a value has
+        one of the types T and satisfies a branch): each branch's own types cut to T (a
+        branch that is a bare ``$ref``: its definition's), the branches left without a type
+        dropped; a branch with a ``$ref`` beside other keywords is not lowered. The format
+        expansion writes these: ``{"type": "string", "anyOf": [{"format": "ipv4"}, …]}``."""
+        kind = node["type"]
+        allowed = widen({kind} if isinstance(kind, str) else set(kind))
+        branches = []
+        for branch in node["anyOf"]:
+            if branch is True:
+                branch = {}
+            if not isinstance(branch, dict):
+                continue  # (false: admits nothing)
+            if "$ref" in branch:
+                name = branch["$ref"].rsplit("/", 1)[-1]
+                if set(branch) - {"$ref", "$defs"} or name not in self.defs:
+                    raise _NotLowered
+                branch = self.defs[name]
+                if branch is True:
+                    branch = {}
+                if not isinstance(branch, dict):
+                    continue
+            own = branch.get("type", sorted(allowed))
+            kinds = widen({own} if isinstance(own, str) else set(own)) & allowed
+            if "number" in kinds:  # (number stands for integer too)
+                kinds.discard("integer")
+            if kinds:
+                branches.append({**branch, "type": sorted(kinds)})
+        if not branches:
+            raise _NotLowered  # no value: the JSON mode names it
+        return {"anyOf": branches}
 
     def merged(self, node: dict[str, Any]) -> str:
         """An ``allOf`` of object parts, merged as :mod:`.order` merges them (names in the order
