@@ -1190,3 +1190,63 @@ def test_a_key_s_content_is_decided_as_one_and_agrees_with_a_search_per_token(sm
                     assert keep[y], (prefix, room, smol_tokenizer.decode([y]))
                 checked[bool(keep[y])] += 1
     assert checked[True] > 0 and checked[False] > 0, checked
+
+
+def test_the_pattern_class_certificate_admits_only_what_a_parse_admits(smol_tokenizer, monkeypatch):
+    """Inside a string value whose one schema is a ``pattern`` alone, the content tokens of
+    plain printable ASCII are grouped by the pattern automaton's states after them and one
+    completion, verified after the first of a group, certifies the group
+    (``CertifiedBudget._pattern_classes``). Along MaskBench's valid instances (not written
+    here), at every state where it certifies, under budgets that bind: for every certified
+    token, its bytes then the completion it was certified with parse to acceptance within the
+    room — and the set is the one the same rule without the certificate computes (nothing it
+    certifies would be dropped, nothing it leaves out kept)."""
+    import numpy as np
+
+    from hf_fvo.eval.instances import in_schema_order
+    from hf_fvo.grammar.budget import certified
+
+    fired: list[tuple] = []
+    original = certified.CertifiedBudget._pattern_classes
+
+    def recorded(self, check, cand, witness):
+        before = check.keep.copy()
+        original(self, check, cand, witness)
+        if (check.keep != before).any():
+            fired.append((check.state, check.room, np.flatnonzero(check.keep & (before ^ 1)),
+                          dict(check.heirs)))  # fmt: skip
+
+    monkeypatch.setattr(certified.CertifiedBudget, "_pattern_classes", recorded)
+    rows = [json.loads(line) for line in MASKBENCH.open()]
+    states, tokens, schemas = 0, 0, set()
+    for row in rows:
+        data = next((t["data"] for t in row["tests"] if t["valid"]), None)
+        if data is None or '"pattern"' not in json.dumps(row["schema"]):
+            continue
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        except GrammarError:
+            continue
+        text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
+                          ensure_ascii=False)  # fmt: skip
+        done = g._completer
+        for s, _, room, keep, _ in _checked_steps(g, smol_tokenizer.encode(text)[:120]):
+            for state, at, certified_ids, heirs in fired:
+                assert state is s and at == room
+                for y in certified_ids.tolist():
+                    heir = heirs[y]
+                    assert len(heir) <= room and done.accepts(s._matcher, 0, (y, *heir)), (
+                        row["description"], y, heir)  # fmt: skip
+                tokens += len(certified_ids)
+                states += 1
+                schemas.add(row["description"])
+                # the same rule without the certificate, on a fresh grammar (no heirs kept)
+                monkeypatch.setattr(certified.CertifiedBudget, "_pattern_classes",
+                                    lambda *args: None)  # fmt: skip
+                fresh = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+                assert (fresh.budget_rule._within(fresh.walk(list(s._path)), room) == keep).all()
+                monkeypatch.setattr(certified.CertifiedBudget, "_pattern_classes", recorded)
+            fired.clear()
+        if states >= 12 and len(schemas) >= 3:
+            break
+    assert states >= 12 and len(schemas) >= 3 and tokens > 1000, (states, tokens, schemas)

@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
-from hf_fvo.grammar.schema.continuation import continuation
+from hf_fvo.grammar.schema.continuation import continuation, pattern_states
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target
 from hf_fvo.grammar.schema.instance import _GiveUp, _Members, _merge, shortest_pattern_text
 
@@ -213,6 +213,46 @@ class JsonCursor:
         self, schema: _Schema, stack: tuple[_Frame, ...], lexeme: _Lexeme | None, pending: bytes
     ) -> None:
         self._schema, self._stack, self._lexeme, self._pending = schema, stack, lexeme, pending
+
+    @property
+    def string_value(self) -> tuple[str, tuple[Any, ...]] | None:
+        """Inside a string value (not a key), at a character boundary with no escape begun:
+        its text so far and the schema nodes it may be; ``None`` elsewhere.
+
+        Example:
+            >>> from hf_fvo.grammar.schema.closer import JsonCursor
+            >>> schema = {"type": "object", "properties": {"id": {"pattern": "^[a-z]+$"}}}
+            >>> JsonCursor.start(schema).feed(b'{"id":"ab').string_value
+            ('ab', ({'pattern': '^[a-z]+$'},))
+            >>> JsonCursor.start(schema).feed(b'{"i').string_value is None
+            True
+        """
+        lexeme = self._lexeme
+        if lexeme is None or lexeme.kind != "s" or lexeme.key or lexeme.escape or self._pending:
+            return None
+        return lexeme.text, lexeme.nodes
+
+    def pattern_automaton(self) -> tuple[Any, frozenset[int]] | None:
+        """Inside a string value whose one schema is a pattern alone (``{"type": "string",
+        "pattern": p}``, at a character boundary): the pattern's automaton and its states
+        after the text so far (:func:`~.continuation.pattern_states`; ``machine.run(states,
+        text)`` steps it on); ``None`` elsewhere.
+
+        Example:
+            >>> from hf_fvo.grammar.schema.closer import JsonCursor
+            >>> schema = {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}}
+            >>> machine, states = JsonCursor.start(schema).feed(b'["ab').pattern_automaton()
+            >>> bool(machine.run(states, "cd")), bool(machine.run(states, "1"))
+            (True, False)
+        """
+        inside = self.string_value
+        if inside is None or len(inside[1]) != 1:
+            return None
+        node = inside[1][0]
+        if (not isinstance(node, dict) or set(node) != {"type", "pattern"}
+                or node["type"] != "string" or not isinstance(node["pattern"], str)):  # fmt: skip
+            return None
+        return pattern_states(node["pattern"], inside[0])
 
     @classmethod
     def start(cls, root: Any, cost: Callable[[str], int] | None = None) -> JsonCursor:

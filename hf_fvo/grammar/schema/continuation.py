@@ -25,7 +25,7 @@ from typing import Any
 
 from hf_fvo.grammar.schema.patterns import python_tree, regex_problem
 
-__all__ = ["continuation"]
+__all__ = ["continuation", "pattern_states"]
 
 _STATES = 1 << 15  # automaton states a pattern may need (counted repeats copied; a
 # format's, uri-reference's: 5,481), else not read
@@ -57,14 +57,29 @@ def continuation(pattern: str, text: str) -> str | None:
     return None if machine is None else _continued(machine, text)
 
 
+def pattern_states(pattern: str, text: str) -> tuple[_Machine, frozenset[int]] | None:
+    """The automaton of ``pattern`` (as :func:`continuation` reads it) and its states after
+    ``text``: two texts that leave the same states are finished by the same strings (the
+    same residual); ``None`` where the pattern is not read here or ``text`` already left
+    every state (no string that begins with it matches).
+
+    Example:
+        >>> from hf_fvo.grammar.schema.continuation import pattern_states
+        >>> machine, states = pattern_states("^a[0-9]+$", "a1")
+        >>> machine.run(states, "23") == machine.run(states, "4"), bool(machine.run(states, "b"))
+        (True, False)
+    """
+    machine = _machine(pattern)
+    if machine is None:
+        return None
+    states = machine.run(machine.start, text)
+    return (machine, states) if states else None
+
+
 @functools.lru_cache(maxsize=4096)
 def _continued(machine: _Machine, text: str) -> str | None:
-    states = machine.start
-    for ch in text:
-        states = machine.step(states, ord(ch))
-        if not states:
-            return None
-    return machine.nearest(states)
+    states = machine.run(machine.start, text)
+    return machine.nearest(states) if states else None
 
 
 class _Machine:
@@ -81,6 +96,7 @@ class _Machine:
         self.found: dict[frozenset[int], str | None] = {}
         # (set, code point) → the next set: the searches meet the same sets again and again
         self._steps: dict[tuple[frozenset[int], int], frozenset[int]] = {}
+        self._alike: dict[int, int] | None = None  # (representatives())
 
     def new(self) -> int:
         if len(self.eps) >= _STATES:
@@ -113,6 +129,29 @@ class _Machine:
                 self._steps.clear()
             self._steps[key] = found
         return found
+
+    def representatives(self) -> dict[int, int]:
+        """A ``str.translate`` table that writes each printable ASCII character as the first
+        one the automaton cannot tell from it (the same moves from every state): texts with
+        the same translation leave the same states."""
+        if self._alike is None:
+            first: dict[tuple[Any, ...], int] = {}
+            table = {}
+            for code in range(0x20, 0x7F):
+                moves = tuple(tuple(t for spans, t in row
+                                    if any(lo <= code <= hi for lo, hi in spans))
+                              for row in self.moves)  # fmt: skip
+                table[code] = first.setdefault(moves, code)
+            self._alike = table
+        return self._alike
+
+    def run(self, states: frozenset[int], text: str) -> frozenset[int]:
+        """The states after ``text`` from ``states`` (empty once none is left)."""
+        for ch in text:
+            states = self.step(states, ord(ch))
+            if not states:
+                break
+        return states
 
     def nearest(self, states: frozenset[int]) -> str | None:
         """The shortest text over :data:`_WRITTEN` from ``states`` to a match, breadth first
