@@ -19,8 +19,11 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import re
+from collections import deque
 from typing import Any
 
 from hf_fvo.grammar.schema.patterns import python_tree, regex_problem
@@ -34,6 +37,7 @@ _STEPS = 1 << 16  # moves (a set of states, a character) kept per pattern
 # what a continuation writes, the likeliest first: plain ASCII a tokenizer spells cheaply (the
 # quote and the backslash last: JSON escapes them)
 _WRITTEN = "a0A-_.:/ bcdefghijklmnopqrstuvwxyz123456789BCDEFGHIJKLMNOPQRSTUVWXYZ!#$%&'()*+,;<=>?@[]^`{|}~\"\\"  # noqa: E501
+_WRITTEN_CODES = sorted({ord(ch) for ch in _WRITTEN})
 _TOP = 0x10FFFF
 _DIGITS = ((0x30, 0x39),)
 _WORD = ((0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A))
@@ -97,6 +101,8 @@ class _Machine:
         # (set, code point) → the next set: the searches meet the same sets again and again
         self._steps: dict[tuple[frozenset[int], int], frozenset[int]] = {}
         self._alike: dict[int, int] | None = None  # (representatives())
+        self._written: str | None = None  # (written())
+        self._distance: list[int] | None = None  # (_distances())
 
     def new(self) -> int:
         if len(self.eps) >= _STATES:
@@ -135,15 +141,31 @@ class _Machine:
         one the automaton cannot tell from it (the same moves from every state): texts with
         the same translation leave the same states."""
         if self._alike is None:
-            first: dict[tuple[Any, ...], int] = {}
+            # (characters between two consecutive ends of the moves' ranges are alike)
+            ends = {0x20, 0x7F}
+            for row in self.moves:
+                for spans, _ in row:
+                    for lo, hi in spans:
+                        ends.update((lo, hi + 1))
+            cuts = sorted(e for e in ends if 0x20 <= e <= 0x7F)
             table = {}
-            for code in range(0x20, 0x7F):
-                moves = tuple(tuple(t for spans, t in row
-                                    if any(lo <= code <= hi for lo, hi in spans))
-                              for row in self.moves)  # fmt: skip
-                table[code] = first.setdefault(moves, code)
+            for start, stop in itertools.pairwise(cuts):
+                for code in range(start, stop):
+                    table[code] = start
             self._alike = table
         return self._alike
+
+    def written(self) -> str:
+        """:data:`_WRITTEN` less every character an earlier one stands for
+        (:meth:`representatives`): the same texts, one try each."""
+        if self._written is None:
+            table, seen, kept = self.representatives(), set(), []
+            for ch in _WRITTEN:
+                if table[ord(ch)] not in seen:
+                    seen.add(table[ord(ch)])
+                    kept.append(ch)
+            self._written = "".join(kept)
+        return self._written
 
     def run(self, states: frozenset[int], text: str) -> frozenset[int]:
         """The states after ``text`` from ``states`` (empty once none is left)."""
@@ -154,8 +176,9 @@ class _Machine:
         return states
 
     def nearest(self, states: frozenset[int]) -> str | None:
-        """The shortest text over :data:`_WRITTEN` from ``states`` to a match, breadth first
-        (kept per set: texts that differ often leave the same set)."""
+        """The shortest text over :data:`_WRITTEN` from ``states`` to a match, the first in
+        :data:`_WRITTEN`'s order among the shortest (kept per set: texts that differ often
+        leave the same set)."""
         if states not in self.found:
             if len(self.found) >= _VISITS:
                 self.found.clear()
@@ -163,22 +186,65 @@ class _Machine:
         return self.found[states]
 
     def _nearest(self, states: frozenset[int]) -> str | None:
+        # each step the first character (in _WRITTEN's order) that leaves a set one character
+        # nearer a match: what a breadth-first search over sets finds first, in as many
+        # steps as the text is long
+        left = self._distance_of(states)
+        if left is None:
+            return None
+        written, current = [], states
+        while left:
+            for ch in self.written():
+                found = self.step(current, ord(ch))
+                if found and self._distance_of(found) == left - 1:
+                    written.append(ch)
+                    current, left = found, left - 1
+                    break
+            else:  # (no character does: the distances say one does)
+                return None
+        return "".join(written)
+
+    def _distance_of(self, states: frozenset[int]) -> int | None:
+        """The fewest characters of :data:`_WRITTEN` from ``states`` to a match (``None``:
+        none reaches one)."""
         if self.final in states:
-            return ""
-        seen, layer = {states}, [(states, "")]
-        while layer and len(seen) < _VISITS:
-            following = []
-            for current, written in layer:
-                for ch in _WRITTEN:
-                    found = self.step(current, ord(ch))
-                    if not found or found in seen:
-                        continue
-                    if self.final in found:
-                        return written + ch
-                    seen.add(found)
-                    following.append((found, written + ch))
-            layer = following
-        return None
+            return 0
+        distance = self._distances()
+        return min((distance[s] for s in states if distance[s] >= 0), default=None)
+
+    def _distances(self) -> list[int]:
+        """Per state, the fewest characters of :data:`_WRITTEN` to the final state (−1: never
+        reached): backwards from it, ε-moves free (0-1 breadth first, once per automaton)."""
+        if self._distance is None:
+            back: list[list[tuple[int, int]]] = [[] for _ in self.eps]
+            for s, targets in enumerate(self.eps):
+                for t in targets:
+                    back[t].append((s, 0))
+            for s, row in enumerate(self.moves):
+                for spans, t in row:
+                    if any(_writes(lo, hi) for lo, hi in spans):
+                        back[t].append((s, 1))
+            distance = [-1] * len(self.eps)
+            distance[self.final] = 0
+            queue = deque([self.final])
+            while queue:
+                t = queue.popleft()
+                for s, cost in back[t]:
+                    d = distance[t] + cost
+                    if distance[s] < 0 or d < distance[s]:
+                        distance[s] = d
+                        if cost:
+                            queue.append(s)
+                        else:
+                            queue.appendleft(s)
+            self._distance = distance
+        return self._distance
+
+
+def _writes(lo: int, hi: int) -> bool:
+    """Whether a character of :data:`_WRITTEN` lies in ``lo..hi``."""
+    i = bisect.bisect_left(_WRITTEN_CODES, lo)
+    return i < len(_WRITTEN_CODES) and _WRITTEN_CODES[i] <= hi
 
 
 @functools.lru_cache(maxsize=256)
