@@ -63,6 +63,7 @@ _LAZY_ROOM = 0  # room beyond a state's witness from which its budget rule is la
 _LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one not worth a search
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
+_CLASSES_FROM = 128  # and the pattern automaton's classes (its cursor costs a feed)
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
 _TEXT_TRIES = 64  # parses _matched may spend finding which pattern text a string needs
 _MATCH_CREDIT = 4096  # of which _matched's splices, before their successes pay for more
@@ -73,7 +74,6 @@ _CLOSE_CREDIT = 2048  # and its closings (each success earns back what it cost, 
 _CLOSING = 16  # operations a closing written counts for (the schema cursor's Python: ~100 µs)
 _PREFIXES_FROM = 64  # candidates left from which the state's own closings' prefixes go first
 _PREFIX_CLOSINGS = 16  # and how many of its closings they are read from
-_ALIKE = 16  # pattern automata whose reading of the vocabulary a rule keeps
 _MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
 _ROOMS = 256  # budget checks a state keeps, by room (only the shared initial state has many)
 _CURSORS = 4096  # JSON cursors (and closing spellings) kept per grammar, by path (by text)
@@ -169,8 +169,8 @@ class CertifiedBudget:
         )
         self._cursors: dict[tuple[int, ...], Any] = {}  # JsonCursor by path (bounded)
         self._spellings: dict[bytes, tuple[int, ...] | None] = {}  # fewest tokens, by text
-        self._alike: dict[int, tuple[Any, list[str], np.ndarray]] = {}  # (_spelled_alike)
         self._probe_definition = probe_definition(definition)
+        self._patterned = '"pattern"' in definition  # (a pattern's string may be open)
         marker, key, pattern = tokenizer.marker, tokenizer.key_marker, tokenizer.pattern_marker
         marked = None if marker is None else marked_definition(
             definition, marker[0], None if key is None else key[0],
@@ -638,7 +638,8 @@ class CertifiedBudget:
         if found is None:
             return
         machine, states = found
-        texts, spelled = self._spelled_alike(machine)
+        texts, spelled = self._tokenizer.ascii_reading(machine, machine.representatives())
+        spelled = spelled[: self._n]
         whole = cand[spelled[cand] >= 0]
         kinds, inverse = np.unique(spelled[whole], return_inverse=True)
         after = [machine.run(states, texts[k]) for k in kinds.tolist()]
@@ -659,28 +660,6 @@ class CertifiedBudget:
             keep[members] = 1
             for y in members.tolist():
                 heirs.setdefault(y, rest)
-
-    def _spelled_alike(self, machine: Any) -> tuple[list[str], np.ndarray]:
-        """The vocabulary as a pattern automaton reads it: the texts its plain printable ASCII
-        tokens translate to (:meth:`~hf_fvo.grammar.schema.continuation._Machine.
-        representatives`: each character as the first the automaton cannot tell from it),
-        and per token the index of its text (−1: not such a token); kept per automaton."""
-        known = self._alike.get(id(machine))
-        if known is None or known[0] is not machine:
-            if len(self._alike) >= _ALIKE:
-                self._alike.clear()
-            table, tok = machine.representatives(), self._tokenizer
-            plain = np.flatnonzero(
-                (tok.plain_lengths == tok.sizes)[: self._n] & (tok.sizes[: self._n] > 0)
-            )
-            index: dict[str, int] = {}
-            spelled = np.full(self._n, -1, dtype=np.int64)
-            token_bytes = self._vocab.token_bytes
-            for y in plain.tolist():
-                spelled[y] = index.setdefault(token_bytes[y].decode("ascii").translate(table),
-                                              len(index))  # fmt: skip
-            known = self._alike[id(machine)] = (machine, list(index), spelled)
-        return known[1], known[2]
 
     def _searched(
         self, state: PushdownState, y: int, room: int, work: Work | None = None
@@ -856,7 +835,8 @@ class CertifiedBudget:
                 if used is not witness:  # (the others: the completion it was asked with)
                     tails = self._tails(used, room)
         pool = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
-        if witness is not None and utf8 == 0 and inside is None and len(pool) >= _CERTIFY_FROM:
+        if (witness is not None and utf8 == 0 and inside is None and self._patterned
+                and len(pool) >= _CLASSES_FROM):  # fmt: skip
             # inside a pattern's string: the content tokens, one parse per automaton state
             self._pattern_classes(check, pool, witness)
             pool = pool[keep[pool] == 0]

@@ -120,6 +120,7 @@ class PushdownTokenizer:
         self._json_text: tuple[np.ndarray, np.ndarray, Completer] | None = None
         self._probes: LRU[bytes, Any] = LRU(_probe_suffixes())
         self._asked: LRU[bytes, int] = LRU(_PROBE_ASKED)  # candidates parsed, per suffix
+        self._readings: LRU[Any, tuple[list[str], np.ndarray]] = LRU(_READINGS)
         # a control byte no JSON text holds raw, spelled by one token: the free-string mark
         spellings = self.completer.spellings
         markers = [(b, ids[0]) for b in range(0x20) if (ids := spellings.get(bytes([b])))]
@@ -160,6 +161,34 @@ class PushdownTokenizer:
     def plain_lengths(self) -> np.ndarray:
         """Per token id, how many of its first bytes are plain (:func:`plain_length`)."""
         return np.array([plain_length(b or b"") for b in self.vocab.token_bytes], dtype=np.int64)
+
+    def ascii_reading(self, key: Any, table: dict[int, int]) -> tuple[list[str], np.ndarray]:
+        """The tokens that spell plain printable ASCII (:func:`plain_length`: no quote, no
+        backslash) as ``str.translate(table)`` writes them: the distinct texts, and per token
+        id the index of its text (−1: not such a token); kept for the last few keys
+        (a pattern automaton: its table writes each character as one it cannot tell apart).
+
+        Example:
+            >>> import numpy as np
+            >>> from hf_fvo.grammar.vocabulary import TokenVocabulary
+            >>> from hf_fvo.grammar.pushdown.engine import PushdownTokenizer
+            >>> vocab = TokenVocabulary([b"ab", b"ba", b'"', b"x", None], eos_token_ids=(4,))
+            >>> alike = {ord(c): ord("a") for c in "ab"}
+            >>> PushdownTokenizer(vocab).ascii_reading("ab", alike)
+            (['aa', 'x'], array([ 0,  0, -1,  1, -1]))
+        """
+        known = self._readings.get(key)
+        if known is None:
+            plain = np.flatnonzero((self.plain_lengths == self.sizes) & (self.sizes > 0))
+            index: dict[str, int] = {}
+            spelled = np.full(len(self.sizes), -1, dtype=np.int64)
+            token_bytes = self.vocab.token_bytes
+            for y in plain.tolist():
+                spelled[y] = index.setdefault(token_bytes[y].decode("ascii").translate(table),
+                                              len(index))  # fmt: skip
+            known = (list(index), spelled)
+            self._readings.put(key, known)
+        return known
 
     @functools.cached_property
     def sizes(self) -> np.ndarray:
@@ -297,6 +326,9 @@ class PushdownTokenizer:
                 {},
             ))  # fmt: skip
         return tuple(out)
+
+
+_READINGS = 16  # pattern automata whose reading of the vocabulary a tokenizer keeps
 
 
 def plain_length(text: bytes) -> int:
