@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -1192,37 +1193,50 @@ def test_a_key_s_content_is_decided_as_one_and_agrees_with_a_search_per_token(sm
     assert checked[True] > 0 and checked[False] > 0, checked
 
 
-def test_the_pattern_class_certificate_admits_only_what_a_parse_admits(smol_tokenizer, monkeypatch):
-    """Inside a string value whose one schema is a ``pattern`` alone, the content tokens of
-    plain printable ASCII are grouped by the pattern automaton's states after them and one
-    completion, verified after the first of a group, certifies the group
-    (``CertifiedBudget._pattern_classes``). Along MaskBench's valid instances (not written
+@pytest.mark.parametrize("lowering", ["own", "json_mode"])
+def test_the_string_class_certificate_admits_only_what_a_parse_admits(
+    smol_tokenizer, monkeypatch, lowering
+):
+    """Inside a string value whose schemas bound it by a ``pattern`` alone or by its length
+    only, the content tokens of plain printable ASCII are grouped by the string reader's
+    states after them and one completion, verified after the first of a group, certifies the
+    group
+    (``CertifiedBudget._string_classes``). Along MaskBench's valid instances (not written
     here), at every state where it certifies, under budgets that bind: for every certified
     token, its bytes then the completion it was certified with parse to acceptance within the
     room — and the set is the one the same rule without the certificate computes (nothing it
-    certifies would be dropped, nothing it leaves out kept)."""
+    certifies would be dropped, nothing it leaves out kept). With hf_fvo's own lexemes the
+    free strings have the marked grammar's certificate, so the patterns are what it reads;
+    in llguidance's JSON mode (every schema written there: ``json_mode``) the free and
+    length-bounded strings are."""
     import numpy as np
 
     from hf_fvo.eval.instances import in_schema_order
     from hf_fvo.grammar.budget import certified
 
     fired: list[tuple] = []
-    original = certified.CertifiedBudget._pattern_classes
+    original = certified.CertifiedBudget._string_classes
 
     def recorded(self, check, cand, witness):
         before = check.keep.copy()
         original(self, check, cand, witness)
         if (check.keep != before).any():
+            reader = type(self._cursor(check.state).string_reader()[0]).__name__
             fired.append((check.state, check.room, np.flatnonzero(check.keep & (before ^ 1)),
-                          dict(check.heirs)))  # fmt: skip
+                          dict(check.heirs), reader))  # fmt: skip
 
-    monkeypatch.setattr(certified.CertifiedBudget, "_pattern_classes", recorded)
+    monkeypatch.setattr(certified.CertifiedBudget, "_string_classes", recorded)
+    if lowering == "json_mode":
+        from hf_fvo.grammar import schema as schema_logic
+
+        monkeypatch.setattr(schema_logic, "schema_lark", lambda *args, **kwargs: None)
+    wanted = "_Machine" if lowering == "own" else "_Lengths"
     rows = [json.loads(line) for line in MASKBENCH.open()]
-    states, tokens, schemas = 0, 0, set()
+    states, tokens, schemas, readers = 0, 0, set(), Counter()
     for row in rows:
         data = next((t["data"] for t in row["tests"] if t["valid"]), None)
-        if data is None or '"pattern"' not in json.dumps(row["schema"]):
-            continue
+        if data is None or '":"' not in json.dumps(data, separators=(",", ":")):
+            continue  # (no string value to look inside)
         try:
             g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
         except GrammarError:
@@ -1230,8 +1244,10 @@ def test_the_pattern_class_certificate_admits_only_what_a_parse_admits(smol_toke
         text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
                           ensure_ascii=False)  # fmt: skip
         done = g._completer
-        for s, _, room, keep, _ in _checked_steps(g, smol_tokenizer.encode(text)[:120]):
-            for state, at, certified_ids, heirs in fired:
+        steps = 80 if lowering == "own" else 30  # (the JSON mode's steps cost more)
+        for s, _, room, keep, _ in _checked_steps(g, smol_tokenizer.encode(text)[:steps]):
+            for state, at, certified_ids, heirs, reader in fired:
+                readers[reader] += 1
                 assert state is s and at == room
                 for y in certified_ids.tolist():
                     heir = heirs[y]
@@ -1240,13 +1256,62 @@ def test_the_pattern_class_certificate_admits_only_what_a_parse_admits(smol_toke
                 tokens += len(certified_ids)
                 states += 1
                 schemas.add(row["description"])
+                if readers[reader] > 6 * len(schemas):
+                    continue  # (the comparison below: a few states a schema)
                 # the same rule without the certificate, on a fresh grammar (no heirs kept)
-                monkeypatch.setattr(certified.CertifiedBudget, "_pattern_classes",
+                monkeypatch.setattr(certified.CertifiedBudget, "_string_classes",
                                     lambda *args: None)  # fmt: skip
                 fresh = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
                 assert (fresh.budget_rule._within(fresh.walk(list(s._path)), room) == keep).all()
-                monkeypatch.setattr(certified.CertifiedBudget, "_pattern_classes", recorded)
+                monkeypatch.setattr(certified.CertifiedBudget, "_string_classes", recorded)
             fired.clear()
-        if states >= 12 and len(schemas) >= 3:
+        if len(schemas) >= 3 and readers[wanted] >= 12:
             break
-    assert states >= 12 and len(schemas) >= 3 and tokens > 1000, (states, tokens, schemas)
+    assert len(schemas) >= 3 and readers[wanted] >= 12, (states, readers, schemas)
+    assert tokens > 1000, tokens
+
+
+@pytest.mark.parametrize(
+    ("bounds", "text"),
+    [
+        ({"maxLength": 5}, '{"a":"abc'),
+        ({"minLength": 6}, '{"a":"ab'),
+        ({"minLength": 2, "maxLength": 4}, '{"a":"a'),
+    ],
+)
+def test_a_length_bounded_string_s_classes_are_its_lengths(
+    smol_tokenizer, monkeypatch, bounds, text
+):
+    """In llguidance's JSON mode (no marked grammar), inside a string whose schema bounds only
+    its length, the string-class certificate groups content tokens by the characters they
+    leave written: the budgeted set is the one the same rule without the certificate
+    computes, at rooms that bind, every kept token's completion parses within the room, and
+    a token past ``maxLength`` is never kept."""
+    import numpy as np
+
+    from hf_fvo.grammar import schema as schema_logic
+    from hf_fvo.grammar.budget import certified
+
+    monkeypatch.setattr(schema_logic, "schema_lark", lambda *args, **kwargs: None)
+    schema = {"type": "object", "properties": {"a": {"type": "string", **bounds}},
+              "required": ["a"], "additionalProperties": False}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    assert "start: %json" in g._definition
+    s = g.walk(smol_tokenizer.encode(text))
+    spelled = g._vocab.token_bytes
+    for room in (2, 3, 5, 8):
+        keep = g.budget_rule._within(s, room)
+        for y in np.flatnonzero(keep).tolist():  # (each kept token's completion, as kept)
+            heir = g.budget_rule._inherited(s, y)
+            assert isinstance(heir, tuple) and len(heir) <= room, (room, y)
+            assert g._completer.accepts(s._matcher, 0, (y, *heir)), (room, spelled[y])
+        with monkeypatch.context() as m:
+            m.setattr(certified.CertifiedBudget, "_string_classes", lambda *args: None)
+            fresh = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+            plain = fresh.budget_rule._within(fresh.walk(list(s._path)), room)
+        assert (keep == plain).all(), (room, np.flatnonzero(keep != plain)[:5])
+        if "maxLength" in bounds:  # (past it: the characters written and the token's)
+            past = bounds["maxLength"] - len(text) + len('{"a":"')
+            assert not any(keep[y] and spelled[y].isalpha() and len(spelled[y]) > past
+                           for y in range(g._n))  # fmt: skip
+        assert keep.sum() > 128 or room < 3, room

@@ -63,7 +63,7 @@ _LAZY_ROOM = 0  # room beyond a state's witness from which its budget rule is la
 _LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one not worth a search
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
-_CLASSES_FROM = 128  # and the pattern automaton's classes (its cursor costs a feed)
+_CLASSES_FROM = 128  # and the string reader's classes (its cursor costs a feed)
 _SPLICE = 8  # witness bytes a token may stand for before a search (see _spliced)
 _TEXT_TRIES = 64  # parses _matched may spend finding which pattern text a string needs
 _MATCH_CREDIT = 4096  # of which _matched's splices, before their successes pay for more
@@ -170,7 +170,6 @@ class CertifiedBudget:
         self._cursors: dict[tuple[int, ...], Any] = {}  # JsonCursor by path (bounded)
         self._spellings: dict[bytes, tuple[int, ...] | None] = {}  # fewest tokens, by text
         self._probe_definition = probe_definition(definition)
-        self._patterned = '"pattern"' in definition  # (a pattern's string may be open)
         marker, key, pattern = tokenizer.marker, tokenizer.key_marker, tokenizer.pattern_marker
         marked = None if marker is None else marked_definition(
             definition, marker[0], None if key is None else key[0],
@@ -621,20 +620,22 @@ class CertifiedBudget:
                 keep[y] = 1
                 heirs.setdefault(y, found)
 
-    def _pattern_classes(self, check: _Check, cand: np.ndarray, witness: tuple[int, ...]) -> None:
-        """Inside a string value whose one schema is a ``pattern`` alone (the cursor's
-        :meth:`~hf_fvo.grammar.schema.closer.JsonCursor.pattern_automaton`), the candidates
-        that write plain printable ASCII (no quote, no backslash: their JSON text is their
-        characters), grouped by the pattern automaton's states after them. Two texts that
-        leave the same states are finished by the same strings, and inside the string's
-        lexeme the parser reads nothing else (the lexeme has not ended; on printable ASCII
-        ECMA-262's reading of the pattern, the automaton's, and the engine's agree), so a
-        completion verified after the first of a group (one parse: the witness, else the
-        schema's closing, :meth:`_closed`) is one after every member. o21390's ``base_path``
-        (``^/((pchar|%HH)+…)?$``): 15,858 candidates, a parse each, ~0.6 s a step."""
+    def _string_classes(self, check: _Check, cand: np.ndarray, witness: tuple[int, ...]) -> None:
+        """Inside a string value whose schemas say what finishes it from how it began (the
+        cursor's :meth:`~hf_fvo.grammar.schema.closer.JsonCursor.string_reader`: a
+        ``pattern`` alone, or no more than its length), the candidates that write plain
+        printable ASCII (no quote, no backslash: their JSON text is their characters), grouped
+        by the reader's states after them. Two texts that leave the same states are finished
+        by the same strings, and inside the string's lexeme the parser reads nothing else (the
+        lexeme has not ended; on printable ASCII ECMA-262's reading of a pattern, the
+        automaton's and the engine's agree), so a completion verified after the first of a
+        group (one parse: the witness, else the schema's closing, :meth:`_closed`) is one
+        after every member. o21390's ``base_path`` (``^/((pchar|%HH)+…)?$``): 15,858
+        candidates, a parse each, ~0.6 s a step; a free string in llguidance's JSON mode
+        (MaskBench o73817), where no marker certifies: a probe vocabulary built, 1.5 s."""
         state, room, keep, heirs, work = check
         cursor = self._cursor(state)
-        found = None if cursor is None else cursor.pattern_automaton()
+        found = None if cursor is None else cursor.string_reader()
         if found is None:
             return
         machine, states = found
@@ -835,10 +836,9 @@ class CertifiedBudget:
                 if used is not witness:  # (the others: the completion it was asked with)
                     tails = self._tails(used, room)
         pool = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
-        if (witness is not None and utf8 == 0 and inside is None and self._patterned
-                and len(pool) >= _CLASSES_FROM):  # fmt: skip
+        if witness is not None and utf8 == 0 and inside is None and len(pool) >= _CLASSES_FROM:
             # inside a pattern's string: the content tokens, one parse per automaton state
-            self._pattern_classes(check, pool, witness)
+            self._string_classes(check, pool, witness)
             pool = pool[keep[pool] == 0]
         # ^ what no test has certified yet: the candidates of what follows
         afters = self._utf8_next[utf8, pool]

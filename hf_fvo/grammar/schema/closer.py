@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from hf_fvo.grammar.schema.continuation import continuation, pattern_states
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target
@@ -146,6 +146,43 @@ class _Schema:
         return tuple(out[:_ALTERNATIVES])
 
 
+# keywords that say more of a string than its length (and combinators not read here)
+_STRING_SHAPES = {
+    "pattern", "format", "enum", "const", "not", "anyOf", "allOf", "oneOf", "$ref", "if", "then",
+    "else", "contentEncoding", "contentMediaType", "$dynamicRef",
+}  # fmt: skip
+
+
+class _Lengths:
+    """A string reader (:meth:`JsonCursor.string_reader`) for schemas that bound only a
+    string's length: a state is the number of characters so far, past ``least`` (the largest
+    ``minLength``) and every ``maxLength`` (``most``; ``None``: one schema has none) counted
+    as one; no state past ``most``. Every printable ASCII character is alike."""
+
+    _ALIKE: ClassVar[dict[int, int]] = {code: 0x61 for code in range(0x20, 0x7F)}
+
+    def __init__(self, least: int, most: int | None) -> None:
+        self.least, self.most = least, most
+        self.top = max(least, -1 if most is None else most + 1)
+
+    def representatives(self) -> dict[int, int]:
+        return self._ALIKE
+
+    def run(self, states: frozenset[int], text: str) -> frozenset[int]:
+        if not states:
+            return states
+        count = next(iter(states)) + len(text)
+        if self.most is not None and count > self.most:
+            return frozenset()
+        return frozenset({min(count, self.top)})
+
+    def __eq__(self, other: object) -> bool:  # (one reading of the vocabulary for all)
+        return isinstance(other, _Lengths)
+
+    def __hash__(self) -> int:
+        return hash(_Lengths)
+
+
 def _member(node: Any, key: str | int) -> Any:
     """The schema of an object's value at ``key`` or an array's item at index ``key``."""
     if not isinstance(node, dict):
@@ -232,27 +269,57 @@ class JsonCursor:
             return None
         return lexeme.text, lexeme.nodes
 
-    def pattern_automaton(self) -> tuple[Any, frozenset[int]] | None:
-        """Inside a string value whose one schema is a pattern alone (``{"type": "string",
-        "pattern": p}``, at a character boundary): the pattern's automaton and its states
-        after the text so far (:func:`~.continuation.pattern_states`; ``machine.run(states,
-        text)`` steps it on); ``None`` elsewhere.
+    def string_reader(self) -> tuple[Any, frozenset[int]] | None:
+        """Inside a string value (at a character boundary) whose schemas say what finishes it
+        from how it began in one of two ways: a ``pattern`` alone (``{"type": "string",
+        "pattern": p}``: the pattern's automaton, :func:`~.continuation.pattern_states`), or
+        no more than its length (every schema here free for strings but for ``minLength`` and
+        ``maxLength``: :class:`_Lengths`). The reader and its states after the text so far
+        (``reader.run(states, text)`` steps it on; two texts that leave the same states are
+        finished by the same strings; no states: none finishes it); ``None`` elsewhere.
 
         Example:
             >>> from hf_fvo.grammar.schema.closer import JsonCursor
             >>> schema = {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}}
-            >>> machine, states = JsonCursor.start(schema).feed(b'["ab').pattern_automaton()
+            >>> machine, states = JsonCursor.start(schema).feed(b'["ab').string_reader()
             >>> bool(machine.run(states, "cd")), bool(machine.run(states, "1"))
             (True, False)
+            >>> short = {"type": "array", "items": {"type": "string", "maxLength": 3}}
+            >>> reader, states = JsonCursor.start(short).feed(b'["ab').string_reader()
+            >>> reader.run(states, "c") == reader.run(states, "d"), reader.run(states, "cd")
+            (True, frozenset())
         """
         inside = self.string_value
-        if inside is None or len(inside[1]) != 1:
+        if inside is None:
             return None
-        node = inside[1][0]
-        if (not isinstance(node, dict) or set(node) != {"type", "pattern"}
-                or node["type"] != "string" or not isinstance(node["pattern"], str)):  # fmt: skip
+        text, nodes = inside
+        if len(nodes) == 1 and isinstance(nodes[0], dict) and set(nodes[0]) == {"type", "pattern"}:
+            node = nodes[0]
+            if node["type"] == "string" and isinstance(node["pattern"], str):
+                return pattern_states(node["pattern"], text)
             return None
-        return pattern_states(node["pattern"], inside[0])
+        if len(nodes) >= _ALTERNATIVES:
+            return None  # (perhaps not all of them)
+        least, most = 0, -1  # (most: −1 while no schema bounds the length)
+        bounded = True
+        for node in nodes:
+            if node is True:
+                node = {}
+            if not isinstance(node, dict) or set(node) & _STRING_SHAPES:
+                return None
+            kinds = node.get("type", "string")
+            if "string" not in ([kinds] if isinstance(kinds, str) else kinds):
+                continue  # (takes no string)
+            low, high = node.get("minLength", 0), node.get("maxLength")
+            if not isinstance(low, int) or not (high is None or isinstance(high, int)):
+                return None
+            least = max(least, low)
+            if high is None:
+                bounded = False
+            else:
+                most = max(most, high)
+        reader = _Lengths(least, most if bounded else None)
+        return reader, reader.run(frozenset({0}), text)
 
     @classmethod
     def start(cls, root: Any, cost: Callable[[str], int] | None = None) -> JsonCursor:
