@@ -837,7 +837,7 @@ class CertifiedBudget:
                     tails = self._tails(used, room)
         pool = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
         if witness is not None and utf8 == 0 and inside is None and len(pool) >= _CLASSES_FROM:
-            # inside a pattern's string: the content tokens, one parse per automaton state
+            # inside a string a pattern or its length bounds: one parse per reader state
             self._string_classes(check, pool, witness)
             pool = pool[keep[pool] == 0]
         # ^ what no test has certified yet: the candidates of what follows
