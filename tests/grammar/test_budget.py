@@ -14,6 +14,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import GenerationConfig
@@ -480,7 +481,6 @@ def test_the_string_certificate_admits_exactly_what_a_parse_per_token_admits(smo
     character or escape, then the witness, parse, and every content token for which they
     parse is admitted — checked for a fixed-seed sample of each state's content tokens and
     for every one that ends inside an escape."""
-    import numpy as np
 
     rows = [json.loads(line) for line in MASKBENCH.open()]
     rng = np.random.default_rng(0)
@@ -532,7 +532,6 @@ def test_the_key_and_pattern_certificates_admit_only_what_a_parse_admits(smol_to
     bytes, the tokens finishing its character, then the completion it was asked with, parse;
     no token it cannot speak for is certified; and every sampled content token for which
     they parse is admitted."""
-    import numpy as np
 
     from hf_fvo.eval.instances import in_schema_order
 
@@ -1066,6 +1065,36 @@ def test_a_search_writes_an_unanchored_pattern_s_match_it_cannot_find_byte_by_by
     assert len(t) == 1 and g.admissible(state, len(witness) + 8)[t[0]]
 
 
+def test_the_pattern_certificate_holds_where_the_witness_finishes_the_match_begun(
+    smol_tokenizer,
+):
+    """Inside an unanchored date-time ``pattern`` (o12619) after ``2022-01-01T12:00``, the
+    witness and the schema's closing both finish the match the string began (``:00a000000"}``),
+    which markers written in the content's place break. The pattern certificate is then asked
+    with a whole match of the pattern, then the rest from the closing quote, so the content
+    tokens are certified at once (before: none, each parsed one by one, 5 → 45 ms a step on the
+    shorten walk), and each certified token, its fill, then that completion parse."""
+    pattern = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}.\d{6}"
+    schema = {"type": "object", "required": ["created"],
+              "properties": {"created": {"type": "string", "pattern": pattern}}}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    rule, done = g.budget_rule, g._completer
+    state = g.walk(smol_tokenizer.encode('{"created":"2022-01-01T12:00'))
+    room = 60
+    witness = tuple(rule._witness_at(state, room))
+    assert rule._text(witness).startswith(b":"), rule._text(witness)  # (it finishes the match)
+    inside = rule._inside_string(state, witness, lambda _: [], room)
+    assert inside is not None
+    _fits, unsafe, used, key = inside
+    assert not key and rule._text(used).startswith(b"1111-11-11T11:11:11"), rule._text(used)
+    table, fills = g._tokenizer.content_after, g._tokenizer.content_fill
+    content = np.flatnonzero(g._bits(state) & (table[: g._n] >= 0) & (unsafe[: g._n] ^ 1))
+    assert len(content) > 10_000
+    for y in np.random.default_rng(0).choice(content, 200, replace=False).tolist():
+        tail = (*fills[int(table[y])], *used)
+        assert done.accepts(state._matcher, 0, (y, *tail)), smol_tokenizer.decode([y])
+
+
 WALKS = Path(__file__).resolve().parents[1] / "data" / "budget_walks.jsonl"
 DRAWN = Path(__file__).resolve().parents[1] / "data" / "drawn_walks.jsonl"
 
@@ -1154,7 +1183,6 @@ def test_a_key_s_content_is_decided_as_one_and_agrees_with_a_search_per_token(sm
     searched or closed, and a fixed-seed sample of them is checked against a decision per
     token: a kept token's recorded completion fits and
     parses; a token's own verified completion that fits means it is kept."""
-    import numpy as np
 
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace=None, strict=False)
@@ -1209,7 +1237,6 @@ def test_the_string_class_certificate_admits_only_what_a_parse_admits(
     free strings have the marked grammar's certificate, so the patterns are what it reads;
     in llguidance's JSON mode (every schema written there: ``json_mode``) the free and
     length-bounded strings are."""
-    import numpy as np
 
     from hf_fvo.eval.instances import in_schema_order
     from hf_fvo.grammar.budget import certified
@@ -1287,7 +1314,6 @@ def test_a_length_bounded_string_s_classes_are_its_lengths(
     leave written: the budgeted set is the one the same rule without the certificate
     computes, at rooms that bind, every kept token's completion parses within the room, and
     a token past ``maxLength`` is never kept."""
-    import numpy as np
 
     from hf_fvo.grammar import schema as schema_logic
     from hf_fvo.grammar.budget import certified

@@ -639,8 +639,7 @@ class CertifiedBudget:
         if found is None:
             return
         machine, states = found
-        texts, spelled = self._tokenizer.ascii_reading(machine, machine.representatives())
-        spelled = spelled[: self._n]
+        texts, spelled = self._tokenizer.ascii_reading(machine, machine.representatives(), cand)
         whole = cand[spelled[cand] >= 0]
         kinds, inverse = np.unique(spelled[whole], return_inverse=True)
         after = [machine.run(states, texts[k]) for k in kinds.tolist()]
@@ -1236,8 +1235,17 @@ class CertifiedBudget:
             return None
         used = witness
         if not completes(pattern[1], 1, used):  # (the witness may finish a match begun)
-            used = tuple(self._closed(state, None, room, work) or ())
-            if not used or not completes(pattern[1], 1, used):
+            closing = tuple(self._closed(state, None, room, work) or ())
+            used = closing if closing and completes(pattern[1], 1, closing) else None
+            rest = self._text(self._after_content(closing or witness))
+            for piece in () if used is not None or not rest else self._written():
+                # (the closing finishes that match too: a whole match of one of the schema's
+                # patterns, then the rest from the closing quote)
+                found = self._fewest(piece + rest)
+                if found is not None and len(found) <= room and completes(pattern[1], 1, found):
+                    used = found
+                    break
+            if used is None:
                 return None
         # (raw characters, whole: the marked lexeme's free text)
         return by_count(pattern[1], used, True), tok.not_raw_whole, used, False
