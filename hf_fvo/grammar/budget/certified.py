@@ -633,7 +633,7 @@ class CertifiedBudget:
         after every member. o21390's ``base_path`` (``^/((pchar|%HH)+…)?$``): 15,858
         candidates, a parse each, ~0.6 s a step; a free string in llguidance's JSON mode
         (MaskBench o73817), where no marker certifies: a probe vocabulary built, 1.5 s."""
-        state, room, keep, heirs, work = check
+        state, room, keep, _, work = check
         cursor = self._cursor(state)
         found = None if cursor is None else cursor.string_reader()
         if found is None:
@@ -647,6 +647,7 @@ class CertifiedBudget:
         group = np.array([group_of.setdefault(a, len(group_of)) if a else -1 for a in after],
                          dtype=np.int64)[inverse]  # fmt: skip
         done, matcher = self._completer, state._matcher
+        ids, keys, found_by = np.zeros(self._n, dtype=np.uint8), np.full(self._n, -1), {}
         for g in range(len(group_of)):
             members = whole[group == g]
             first = int(members[0])
@@ -657,9 +658,8 @@ class CertifiedBudget:
                 rest = self._closed(state, first, room, work)
             if rest is None:
                 continue  # (left to the rule's other tests, token by token)
-            keep[members] = 1
-            for y in members.tolist():
-                heirs.setdefault(y, rest)
+            keep[members], ids[members], keys[members], found_by[g] = 1, 1, g, rest
+        self._room(state, room).classes = SharedHeirs(ids, found_by, keys)
 
     def _searched(
         self, state: PushdownState, y: int, room: int, work: Work | None = None
@@ -1338,11 +1338,11 @@ class CertifiedBudget:
             entry = memo.rooms[room]
             if token in entry.heirs:
                 return entry.heirs[token]
-            shared = entry.shared
-            if shared is not None and shared.ids[token]:
-                found = shared.witnesses.get(int(shared.keys[token]))
-                if found is not None:
-                    return found
+            for shared in (entry.shared, entry.classes):
+                if shared is not None and shared.ids[token]:
+                    found = shared.witnesses.get(int(shared.keys[token]))
+                    if found is not None:
+                        return found
         witness = memo.witness
         if witness and witness is not UNKNOWN and witness[0] == token:
             return witness[1:]

@@ -33,14 +33,16 @@ class SharedHeirs(NamedTuple):
 class RoomCheck:
     """What the budget checks for one room found at one state so far: the admitted non-EOS
     ids (0/1 per id, ``None`` until the whole set is computed), the children's witnesses by
-    token (``heirs``) and those shared by many tokens (``shared``)."""
+    token (``heirs``) and those shared by many tokens (``shared``: a string's or the probe's
+    certificate; ``classes``: the string classes')."""
 
-    __slots__ = ("heirs", "keep", "shared")
+    __slots__ = ("classes", "heirs", "keep", "shared")
 
     def __init__(self) -> None:
         self.keep: np.ndarray | None = None
         self.heirs: dict[int, tuple[int, ...]] = {}
         self.shared: SharedHeirs | None = None
+        self.classes: SharedHeirs | None = None
 
 
 class LazyCheck(NamedTuple):

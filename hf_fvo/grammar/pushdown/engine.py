@@ -120,7 +120,9 @@ class PushdownTokenizer:
         self._json_text: tuple[np.ndarray, np.ndarray, Completer] | None = None
         self._probes: LRU[bytes, Any] = LRU(_probe_suffixes())
         self._asked: LRU[bytes, int] = LRU(_PROBE_ASKED)  # candidates parsed, per suffix
-        self._readings: LRU[Any, tuple[list[str], dict[str, int], np.ndarray]] = LRU(_READINGS)
+        self._readings: LRU[Any, tuple[list[str], dict[bytes, int], np.ndarray, bytes]] = LRU(
+            _READINGS
+        )
         # a control byte no JSON text holds raw, spelled by one token: the free-string mark
         spellings = self.completer.spellings
         markers = [(b, ids[0]) for b in range(0x20) if (ids := spellings.get(bytes([b])))]
@@ -184,9 +186,13 @@ class PushdownTokenizer:
         """
         known = self._readings.get(key)
         if known is None:
-            known = ([], {}, np.full(len(self.sizes), -2, dtype=np.int64))
+            alike = bytearray(range(256))  # (bytes.translate: ~5× faster than str's)
+            for code, to in table.items():
+                if code < 0x80 and to < 0x80:
+                    alike[code] = to
+            known = ([], {}, np.full(len(self.sizes), -2, dtype=np.int64), bytes(alike))
             self._readings.put(key, known)
-        texts, index, spelled = known
+        texts, index, spelled, alike_bytes = known
         todo = ids[spelled[ids] == -2]
         if len(todo):
             sizes = self.sizes[todo]
@@ -194,11 +200,11 @@ class PushdownTokenizer:
             spelled[todo[~plain]] = -1
             token_bytes = self.vocab.token_bytes
             for y in todo[plain].tolist():
-                text = token_bytes[y].decode("ascii").translate(table)
+                text = token_bytes[y].translate(alike_bytes)
                 k = index.get(text)
                 if k is None:
                     k = index[text] = len(texts)
-                    texts.append(text)
+                    texts.append(text.decode("ascii"))
                 spelled[y] = k
         return texts, spelled
 

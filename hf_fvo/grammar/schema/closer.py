@@ -153,6 +153,13 @@ _STRING_SHAPES = {
 }  # fmt: skip
 
 
+# an object's keywords that do not read a key's text (beside patternProperties)
+_KEY_FREE = {
+    "type", "properties", "required", "patternProperties", "additionalProperties",
+    "minProperties", "maxProperties", "title", "description",
+}  # fmt: skip
+
+
 class _Lengths:
     """A string reader (:meth:`JsonCursor.string_reader`) for schemas that bound only a
     string's length: a state is the number of characters so far, past ``least`` (the largest
@@ -274,9 +281,10 @@ class JsonCursor:
         from how it began in one of two ways: a ``pattern`` alone (``{"type": "string",
         "pattern": p}``: the pattern's automaton, :func:`~.continuation.pattern_states`), or
         no more than its length (every schema here free for strings but for ``minLength`` and
-        ``maxLength``: :class:`_Lengths`). The reader and its states after the text so far
-        (``reader.run(states, text)`` steps it on; two texts that leave the same states are
-        finished by the same strings; no states: none finishes it); ``None`` elsewhere.
+        ``maxLength``: :class:`_Lengths`), or inside a key that one ``patternProperties``
+        pattern alone reads (:meth:`_key_reader`). The reader and its states after the text so
+        far (``reader.run(states, text)`` steps it on; two texts that leave the same states
+        are finished by the same strings; no states: none finishes it); ``None`` elsewhere.
 
         Example:
             >>> from hf_fvo.grammar.schema.closer import JsonCursor
@@ -288,7 +296,16 @@ class JsonCursor:
             >>> reader, states = JsonCursor.start(short).feed(b'["ab').string_reader()
             >>> reader.run(states, "c") == reader.run(states, "d"), reader.run(states, "cd")
             (True, frozenset())
+            >>> tags = {"type": "object", "patternProperties": {"^x-": {"type": "string"}},
+            ...         "additionalProperties": False}
+            >>> machine, states = JsonCursor.start(tags).feed(b'{"x').string_reader()
+            >>> bool(machine.run(states, "-a")), bool(machine.run(states, "a"))
+            (True, False)
         """
+        lexeme = self._lexeme
+        if (lexeme is not None and lexeme.kind == "s" and lexeme.key and not lexeme.escape
+                and not self._pending):  # fmt: skip
+            return self._key_reader(lexeme.text)
         inside = self.string_value
         if inside is None:
             return None
@@ -320,6 +337,22 @@ class JsonCursor:
                 most = max(most, high)
         reader = _Lengths(least, most if bounded else None)
         return reader, reader.run(frozenset({0}), text)
+
+    def _key_reader(self, text: str) -> tuple[Any, frozenset[int]] | None:
+        """Inside a key of an object whose one schema names no key (no ``properties``, no
+        ``required``) and says what a key's text decides through one ``patternProperties``
+        pattern alone (which value schema applies: the pattern's, else
+        ``additionalProperties``; nothing else reads the key): the pattern's automaton."""
+        nodes = self._stack[-1].nodes
+        if len(nodes) != 1 or not isinstance(nodes[0], dict) or set(nodes[0]) - _KEY_FREE:
+            return None
+        node = nodes[0]
+        patterns = node.get("patternProperties")
+        if node.get("properties") or node.get("required") or not isinstance(patterns, dict):
+            return None
+        if len(patterns) != 1 or not isinstance(next(iter(patterns)), str):
+            return None
+        return pattern_states(next(iter(patterns)), text)
 
     @classmethod
     def start(cls, root: Any, cost: Callable[[str], int] | None = None) -> JsonCursor:
