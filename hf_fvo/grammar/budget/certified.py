@@ -623,26 +623,37 @@ class CertifiedBudget:
     def _string_classes(self, check: _Check, cand: np.ndarray, witness: tuple[int, ...]) -> None:
         """Inside a string value whose schemas say what finishes it from how it began (the
         cursor's :meth:`~hf_fvo.grammar.schema.closer.JsonCursor.string_reader`: a
-        ``pattern`` alone, or no more than its length), the candidates that write plain
-        printable ASCII (no quote, no backslash: their JSON text is their characters), grouped
-        by the reader's states after them. Two texts that leave the same states are finished
-        by the same strings, and inside the string's lexeme the parser reads nothing else (the
-        lexeme has not ended; on printable ASCII ECMA-262's reading of a pattern, the
-        automaton's and the engine's agree), so a completion verified after the first of a
-        group (one parse: the witness, else the schema's closing, :meth:`_closed`) is one
-        after every member. o21390's ``base_path`` (``^/((pchar|%HH)+…)?$``): 15,858
-        candidates, a parse each, ~0.6 s a step; a free string in llguidance's JSON mode
-        (MaskBench o73817), where no marker certifies: a probe vocabulary built, 1.5 s."""
+        ``pattern`` alone, or no more than its length, in a value or a key), the candidates
+        that write plain printable ASCII (no quote, no backslash: their JSON text is their
+        characters; for a reader of lengths every token of whole content, escapes and other
+        characters alike, by its number of characters), grouped by the reader's states after
+        them. Two texts that leave the same states are finished by the same strings, and
+        inside the string's lexeme the parser reads nothing else (the lexeme has not ended;
+        on printable ASCII ECMA-262's reading of a pattern, the automaton's and the engine's
+        agree; a lexeme bounded by its length alone counts characters, whichever they are),
+        so a completion verified after the first of a group (one parse: the witness, else the
+        schema's closing, :meth:`_closed`) is one after every member. o21390's ``base_path``
+        (``^/((pchar|%HH)+…)?$``): 15,858 candidates, a parse each, ~0.6 s a step; a free
+        string in llguidance's JSON mode (MaskBench o73817), where no marker certifies: a
+        probe vocabulary built, 1.5 s."""
         state, room, keep, _, work = check
         cursor = self._cursor(state)
         found = None if cursor is None else cursor.string_reader()
         if found is None:
             return
         machine, states = found
-        texts, spelled = self._tokenizer.ascii_reading(machine, machine.representatives(), cand)
-        whole = cand[spelled[cand] >= 0]
-        kinds, inverse = np.unique(spelled[whole], return_inverse=True)
-        after = [machine.run(states, texts[k]) for k in kinds.tolist()]
+        tok = self._tokenizer
+        if getattr(machine, "counts_characters", False):
+            # (a reader of lengths: every whole content token, escapes and non-ASCII
+            # characters included, reads as its number of characters)
+            whole = cand[tok.content_after[cand] == 0]
+            kinds, inverse = np.unique(tok.content_chars[whole], return_inverse=True)
+            after = [machine.run(states, "a" * k) for k in kinds.tolist()]
+        else:
+            texts, spelled = tok.ascii_reading(machine, machine.representatives(), cand)
+            whole = cand[spelled[cand] >= 0]
+            kinds, inverse = np.unique(spelled[whole], return_inverse=True)
+            after = [machine.run(states, texts[k]) for k in kinds.tolist()]
         group_of: dict[frozenset[int], int] = {}
         group = np.array([group_of.setdefault(a, len(group_of)) if a else -1 for a in after],
                          dtype=np.int64)[inverse]  # fmt: skip

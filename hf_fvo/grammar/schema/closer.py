@@ -164,7 +164,10 @@ class _Lengths:
     """A string reader (:meth:`JsonCursor.string_reader`) for schemas that bound only a
     string's length: a state is the number of characters so far, past ``least`` (the largest
     ``minLength``) and every ``maxLength`` (``most``; ``None``: one schema has none) counted
-    as one; no state past ``most``. Every printable ASCII character is alike."""
+    as one; no state past ``most``. Every character is alike: a token's content is read as
+    its number of characters (:attr:`counts_characters`)."""
+
+    counts_characters = True
 
     _ALIKE: ClassVar[dict[int, int]] = {code: 0x61 for code in range(0x20, 0x7F)}
 
@@ -301,6 +304,9 @@ class JsonCursor:
             >>> machine, states = JsonCursor.start(tags).feed(b'{"x').string_reader()
             >>> bool(machine.run(states, "-a")), bool(machine.run(states, "a"))
             (True, False)
+            >>> anything, states = JsonCursor.start({}).feed(b'{"x').string_reader()
+            >>> anything.run(states, "-a") == anything.run(states, "a") != frozenset()
+            True
         """
         lexeme = self._lexeme
         if (lexeme is not None and lexeme.kind == "s" and lexeme.key and not lexeme.escape
@@ -342,14 +348,19 @@ class JsonCursor:
         """Inside a key of an object whose one schema names no key (no ``properties``, no
         ``required``) and says what a key's text decides through one ``patternProperties``
         pattern alone (which value schema applies: the pattern's, else
-        ``additionalProperties``; nothing else reads the key): the pattern's automaton."""
+        ``additionalProperties``; nothing else reads the key): the pattern's automaton; with
+        no pattern, where every key is one (``additionalProperties`` not ``false``), a reader
+        of one state (:class:`_Lengths` unbounded: every text alike)."""
         nodes = self._stack[-1].nodes
-        if len(nodes) != 1 or not isinstance(nodes[0], dict) or set(nodes[0]) - _KEY_FREE:
+        node = {} if len(nodes) == 1 and nodes[0] is True else nodes[0] if len(nodes) == 1 else None
+        if not isinstance(node, dict) or set(node) - _KEY_FREE:
             return None
-        node = nodes[0]
-        patterns = node.get("patternProperties")
+        patterns = node.get("patternProperties", {})
         if node.get("properties") or node.get("required") or not isinstance(patterns, dict):
             return None
+        if not patterns and node.get("additionalProperties", True) is not False:
+            reader = _Lengths(0, None)
+            return reader, reader.run(frozenset({0}), text)
         if len(patterns) != 1 or not isinstance(next(iter(patterns)), str):
             return None
         return pattern_states(next(iter(patterns)), text)
