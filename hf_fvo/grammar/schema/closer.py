@@ -285,9 +285,10 @@ class JsonCursor:
         "pattern": p}``: the pattern's automaton, :func:`~.continuation.pattern_states`), or
         no more than its length (every schema here free for strings but for ``minLength`` and
         ``maxLength``: :class:`_Lengths`), or inside a key that one ``patternProperties``
-        pattern alone reads (:meth:`_key_reader`). The reader and its states after the text so
-        far (``reader.run(states, text)`` steps it on; two texts that leave the same states
-        are finished by the same strings; no states: none finishes it); ``None`` elsewhere.
+        pattern alone reads, or of an object that takes any key (:meth:`_key_reader`). The
+        reader and its states after the text so far (``reader.run(states, text)`` steps it
+        on; two texts that leave the same states are finished by the same strings; no states:
+        none finishes it); ``None`` elsewhere.
 
         Example:
             >>> from hf_fvo.grammar.schema.closer import JsonCursor
