@@ -646,13 +646,8 @@ class CertifiedBudget:
         if getattr(machine, "counts_characters", False):
             # (a reader of lengths: every whole content token, escapes and non-ASCII
             # characters included, reads as its number of characters)
-            whole = cand[tok.content_after[cand] == 0]
-            spelled = self._vocab.token_bytes
-            paired = [y for y in whole[tok.backslashed[whole] == 1].tolist()
-                      if b"\\ud" in spelled[y].lower()]  # fmt: skip
-            if paired:  # (a surrogate pair's escape: one character here, perhaps two counted
-                # by the engine, which reads each escape as one)
-                whole = whole[~np.isin(whole, paired)]
+            # (not a surrogate pair's escape: one character here, perhaps two to the engine)
+            whole = cand[(tok.content_after[cand] == 0) & (tok.surrogate_escaped[cand] == 0)]
             kinds, inverse = np.unique(tok.content_chars[whole], return_inverse=True)
             after = [machine.run(states, "a" * k) for k in kinds.tolist()]
         else:

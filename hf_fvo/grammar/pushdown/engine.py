@@ -153,6 +153,14 @@ class PushdownTokenizer:
         return np.array([b"\\" in (b or b"") for b in self.vocab.token_bytes], dtype=np.uint8)
 
     @functools.cached_property
+    def surrogate_escaped(self) -> np.ndarray:
+        """Per token id (0/1 bytes): whether its bytes may escape a UTF-16 surrogate
+        (``\\ud…``, either case: one character to hf_fvo's count of a pair, perhaps two to an
+        engine that counts each escape)."""
+        return np.array([b"\\ud" in (b or b"").lower() for b in self.vocab.token_bytes],
+                        dtype=np.uint8)  # fmt: skip
+
+    @functools.cached_property
     def not_raw_whole(self) -> np.ndarray:
         """Per token id below the vocabulary's size (0/1 bytes): whether it is not whole raw
         string content (it has a backslash, or ends inside a character or an escape): what

@@ -353,7 +353,9 @@ class JsonCursor:
         no pattern, where every key is one (``additionalProperties`` not ``false``), a reader
         of one state (:class:`_Lengths` unbounded: every text alike)."""
         nodes = self._stack[-1].nodes
-        node = {} if len(nodes) == 1 and nodes[0] is True else nodes[0] if len(nodes) == 1 else None
+        if len(nodes) != 1:
+            return None
+        node = {} if nodes[0] is True else nodes[0]
         if not isinstance(node, dict) or set(node) - _KEY_FREE:
             return None
         patterns = node.get("patternProperties", {})
