@@ -7,6 +7,7 @@ admitted Arabic-Indic digits or rejected valid offsets) are among them.
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 import re
@@ -464,6 +465,72 @@ def test_key_order_any_admits_every_order_each_key_once_required_present(smol_to
     }
     g = Grammar.from_json_schema(with_defs, smol_tokenizer, whitespace="", key_order="any")
     assert member(g, '{"b":null,"a":1}') and not member(g, '{"b":null,"a":"x"}')
+
+
+def _orders(value):
+    """Every compact JSON text of ``value``, its objects' keys in every order."""
+    if isinstance(value, dict):
+        items = [[f"{json.dumps(k)}:{t}" for t in _orders(v)] for k, v in value.items()]
+        return ["{" + ",".join(m) + "}" for order in itertools.permutations(items)
+                for m in itertools.product(*order)]  # fmt: skip
+    if isinstance(value, list):
+        return ["[" + ",".join(m) + "]" for m in itertools.product(*map(_orders, value))]
+    return [json.dumps(value)]
+
+
+def test_key_order_any_matches_const_and_enum_objects_in_every_key_order(smol_tokenizer):
+    """The spec compares objects as sets of members: under key_order='any' a const/enum object
+    (nested, inside arrays) is accepted in every key order, and nothing else is."""
+
+    def member(g, text):
+        ids = smol_tokenizer.encode(text)
+        state = g.walk(ids)
+        return state is not None and g.is_accepting(state) and g.check(ids) is None
+
+    nested = {"id": 7, "tags": [{"k": "a", "v": [1, {"x": None, "y": True}]}, "t"], "ok": False}
+    big = {f"p{i}": i for i in range(5)}  # more names than MAX_PERMUTED: the check counts keys
+    cases = [
+        (
+            {"const": {"a": 1, "b": 2}},
+            [{"a": 1, "b": 2}],
+            ['{"a":1}', '{"a":1,"b":2,"c":3}', '{"a":1,"b":3}', '{"a":1,"a":1}'],
+        ),
+        (
+            {"type": "object", "const": nested},
+            [nested],
+            [
+                '{"id":7,"ok":false}',
+                '{"ok":false,"id":7,"tags":["t",{"k":"a","v":[1,{"x":null,"y":true}]}]}',
+                '{"tags":[{"k":"a","v":[{"x":null,"y":true},1]},"t"],"ok":false,"id":7}',
+            ],
+        ),
+        (
+            {"enum": [big, "s", [{"q": 1, "r": 2}], {"a": [1]}]},
+            [big, "s", [{"q": 1, "r": 2}], {"a": [1]}],
+            [
+                '{"p0":0,"p1":1,"p2":2,"p3":3}',
+                '{"p0":0,"p1":1,"p2":2,"p3":3,"p4":4,"p0":0}',
+                '[{"q":1}]',
+                '[{"q":1,"r":2},{"q":1,"r":2}]',
+                '{"a":[1,1]}',
+                '"t"',
+            ],
+        ),
+        ({"type": "string", "enum": [{"a": 1, "b": 2}, "s"]}, ["s"], ['{"b":2,"a":1}']),
+    ]
+    for schema, values, rejected in cases:
+        g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", key_order="any")
+        fixed = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+        for value in values:
+            texts = _orders(value)[:24]
+            assert all(member(g, t) for t in texts), (schema, value)
+            written = json.dumps(value, separators=(",", ":"))
+            assert member(fixed, written)  # the schema's order: as written only
+            assert all(not member(fixed, t) for t in texts if t != written)
+        for text in rejected:
+            assert not member(g, text), (schema, text)
+    small = Grammar.from_json_schema({"const": {"a": 1, "b": 2}}, smol_tokenizer, key_order="any")
+    assert not small.checked  # two keys: the union of their orders, in the masks
 
 
 def test_key_order_any_merges_parts_before_the_engine_orders_them(smol_tokenizer):

@@ -20,12 +20,21 @@ it does not list), up to :data:`MAX_MERGED` ways; beyond that, or where two part
 what the other parts say of its keys. A listed name that a ``patternProperties`` pattern also
 matches is left to that pattern in the masks (its own schema to the check).
 
+A ``const`` or ``enum`` value that holds an object of two or more keys (at any depth) is equal to
+the same object in any key order (the spec compares objects as sets of members): each such value
+becomes its shape — an object whose listed names take their values' shapes, all required, no
+other key; an array whose ``prefixItems`` are its items' shapes — which the rules above then
+unorder, so a small object is the union of its orders and a larger one is left to the check.
+
 Example:
     >>> from hf_fvo.grammar.schema.order import any_key_order
     >>> out = any_key_order({"type": "object", "properties": {"a": {}, "b": {}},
     ...                      "additionalProperties": False}, [])
     >>> [list(b["properties"]) for b in out["anyOf"]]
     [['a', 'b'], ['b', 'a']]
+    >>> out = any_key_order({"const": {"a": 1, "b": [2]}}, [])
+    >>> [list(b["properties"]) for b in out["anyOf"]], out["anyOf"][1]["properties"]["a"]
+    ([['a', 'b'], ['b', 'a']], {'const': 1})
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from hf_fvo.grammar.schema.facts import (
     all_of,
     definitions_of,
     resolve,
+    satisfies,
     widen,
 )
 
@@ -93,11 +103,30 @@ class _Order:
     def node(self, node: Any, path: str) -> Any:
         if not isinstance(node, dict):
             return node
+        if any(_ordered_value(v) for v in _listed_values(node)):
+            node = self.shaped(node)
+            if not isinstance(node, dict):
+                return node
         node = _types_folded(node)
         if self.merges(node):
             return self.merged(node, path)
         out = self.children(node, path)
         return self.unordered(out, path) if _lists_keys(out) else out
+
+    def shaped(self, node: dict[str, Any]) -> Any:
+        """A ``const``/``enum`` node whose values hold objects, as the ``anyOf`` of its values'
+        shapes (:func:`_shape`): the values the node's other keywords reject dropped, as the
+        lowering drops them, the ones without such an object kept as one ``enum``."""
+        rest = {k: v for k, v in node.items() if k not in ("const", "enum")}
+        values = [v for v in _listed_values(node)
+                  if not rest or satisfies(v, rest, self.defs)]  # fmt: skip
+        plain = [v for v in values if not _ordered_value(v)]
+        forms = [_shape(v) for v in values if _ordered_value(v)]
+        if plain:
+            forms.append({"enum": plain})
+        if not forms:
+            return False
+        return forms[0] if len(forms) == 1 else {"anyOf": forms}
 
     def children(self, node: dict[str, Any], path: str) -> dict[str, Any]:
         """``node`` with every subschema rewritten."""
@@ -312,6 +341,34 @@ def _type_set(node: Any) -> set[str] | None:
         parts = [_type_set(b) for b in node["anyOf"]]
         return None if any(p is None for p in parts) else set().union(*parts)
     return None
+
+
+def _listed_values(node: dict[str, Any]) -> list[Any]:
+    """The values a ``const``/``enum`` node lists (none where it lists neither)."""
+    if "const" in node:
+        return [node["const"]]
+    return list(node["enum"]) if isinstance(node.get("enum"), list) else []
+
+
+def _ordered_value(value: Any) -> bool:
+    """Whether the JSON text of ``value`` fixes an order among keys: an object of two or more
+    keys within it."""
+    if isinstance(value, dict):
+        return len(value) > 1 or any(_ordered_value(v) for v in value.values())
+    return isinstance(value, list) and any(_ordered_value(v) for v in value)
+
+
+def _shape(value: Any) -> Any:
+    """The schema whose only instance is ``value``, objects read as key sets: an object lists
+    its names (each with its value's shape), all required, no other key; an array its items'
+    shapes as ``prefixItems``, no other item; a value that fixes no key order stays ``const``."""
+    if isinstance(value, dict) and _ordered_value(value):
+        return {"type": "object", "properties": {k: _shape(v) for k, v in value.items()},
+                "required": list(value), "additionalProperties": False}  # fmt: skip
+    if isinstance(value, list) and _ordered_value(value):
+        return {"type": "array", "prefixItems": [_shape(v) for v in value], "items": False,
+                "minItems": len(value)}  # fmt: skip
+    return {"const": value}
 
 
 def _lists_keys(node: Any) -> bool:
