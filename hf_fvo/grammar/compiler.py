@@ -54,7 +54,12 @@ from hf_fvo.grammar.schema.closer import JsonCursor
 from hf_fvo.grammar.schema.closing import closing_bound
 from hf_fvo.grammar.schema.instance import pattern_texts, shortest_member
 from hf_fvo.grammar.schema.lark import PRETTY_WHITESPACE
-from hf_fvo.grammar.schema.literals import fewest_tokens, literal_blocks
+from hf_fvo.grammar.schema.literals import (
+    fewest_tokens,
+    fewest_tokens_unordered,
+    literal_blocks,
+    unordered_blocks,
+)
 from hf_fvo.grammar.schema.patterns import marked_content
 from hf_fvo.grammar.schema.shortest import relaxed, shortest_bound
 from hf_fvo.grammar.sources import (
@@ -256,13 +261,20 @@ class GrammarCompiler:
                 schema_logic.load_json_schema(schema), formats=formats == "assert"
             )
             notes += [f"{c}: left to the final check" for c in prepared.checked]
-        member = functools.partial(shortest_member, body)  # built when a budget asks
+        # built when a budget asks; under key_order="any" in the schema's order, one of any
+        # order's members that the check also passes (the masks' shortest may not: `{}`)
+        member = functools.partial(shortest_member, body if prepared.ordered is None
+                                   else prepared.ordered)  # fmt: skip
         texts = functools.partial(pattern_texts, body)  # (likewise: for the searches)
         closer = functools.partial(JsonCursor.start, body)  # (likewise: the budget's certificates)
-        lower = None  # fewest tokens of every member: proven, asked when a refusal needs it
-        if key_order == "schema":  # (any key order is no superset of the schema's order)
-            lower = functools.partial(self._schema_lower, body, whitespace,
-                                      prepared.integral_fractions)  # fmt: skip
+        # fewest tokens of every member: proven, asked when a refusal needs it; under any key
+        # order, what every member writes in any order (the masks leave required keys to the
+        # check, so it may exceed the masks' shortest text: that text fails the check)
+        lower = functools.partial(self._schema_lower, body, whitespace,
+                                  prepared.integral_fractions)  # fmt: skip
+        ordered = prepared.ordered is not None
+        if ordered:
+            lower = functools.partial(self._unordered_lower, prepared.ordered, whitespace)
         lark = schema_logic.schema_lark(  # hf_fvo's own lexemes, if lowered
             body, whitespace, integral_fractions=prepared.integral_fractions
         )
@@ -271,14 +283,14 @@ class GrammarCompiler:
                 return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
                                       finite, closing, check, prepared.checked,
                                       int(shortest), member, lower, texts,
-                                      closer, marked_content)  # fmt: skip
+                                      closer, marked_content, ordered)  # fmt: skip
             except GrammarError:
                 pass  # llguidance refused a part of it (an unsatisfiable leaf, say)
         # llguidance's JSON mode, which drops what admits nothing, decides (or names why)
         notes.append(f"written as llguidance's JSON mode writes it ({_CANONICAL})")
         return self._pushdown("json_schema", json_definition(body, whitespace), source, notes,
                               finite, closing, check, prepared.checked, int(shortest),
-                              member, lower, texts, closer, marked_content)  # fmt: skip
+                              member, lower, texts, closer, marked_content, ordered)  # fmt: skip
 
     def regex(
         self,
@@ -357,14 +369,23 @@ class GrammarCompiler:
         self, body: Any, whitespace: str | None, integral_fractions: bool, upper: int | None
     ) -> int:
         """Fewest tokens of every member of ``body``'s language, at least: those its literal text
-        needs (:mod:`~hf_fvo.grammar.schema.literals`; fractions of a second), then, unless that
+        needs (:mod:`~hf_fvo.grammar.schema.literals`, in the schema's order and cut where
+        members may move, the larger; fractions of a second), then, unless that
         already reaches ``upper``, a regular superset's exact distance (seconds where it is
         large)."""
-        blocks = literal_blocks(body, compact=whitespace == "")
-        floor = fewest_tokens(blocks, self.vocabulary.token_bytes)
+        compact, vocab = whitespace == "", self.vocabulary.token_bytes
+        floor = fewest_tokens(literal_blocks(body, compact), vocab)
+        if upper is None or floor < upper:  # (members in any order include these: also a bound)
+            floor = max(floor, fewest_tokens_unordered(unordered_blocks(body, compact), vocab))
         if upper is not None and floor >= upper:
             return floor
         return max(floor, self._superset_distance(body, whitespace, integral_fractions) or 0)
+
+    def _unordered_lower(self, ordered: Any, whitespace: str | None, upper: int | None) -> int:
+        """Fewest tokens of every member of ``ordered``'s language with each object's members in
+        any order, at least (:func:`~hf_fvo.grammar.schema.literals.unordered_blocks`)."""
+        segments = unordered_blocks(ordered, compact=whitespace == "")
+        return fewest_tokens_unordered(segments, self.vocabulary.token_bytes)
 
     def _superset_distance(
         self, body: Any, whitespace: str | None, integral_fractions: bool
@@ -410,12 +431,14 @@ class GrammarCompiler:
         texts: Callable[[], tuple[str, ...]] | None = None,
         closer: Callable[[], JsonCursor] | None = None,
         raw: Callable[[str, str, str], str | None] | None = None,
+        checked_lower: bool = False,
     ) -> PushdownGrammar:
 
         def build() -> PushdownGrammar:
             if self._pushdown_tokenizer is None:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
-            budget = CertifiedBudget(closing, shortest, member, lower, texts, closer, raw)
+            budget = CertifiedBudget(closing, shortest, member, lower, texts, closer, raw,
+                                     checked_lower)  # fmt: skip
             grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
                                       source, notes, finite, budget=budget)  # fmt: skip
             if check is not None:

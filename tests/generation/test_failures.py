@@ -7,6 +7,8 @@ Transformers (NaN probabilities), hung, or silently produced a cut-off or garbag
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import GenerationConfig
@@ -265,3 +267,42 @@ def test_a_budget_below_the_schemas_bound_is_refused_naming_the_bound(smol_token
     with pytest.raises(BudgetTooSmallError, match="needs at least 124 tokens plus EOS"):
         hf_fvo.generate(smol_model, torch.tensor([[1, 5]]), grammar=g, phi="uniform",
                         max_new_tokens=16, do_sample=True)  # fmt: skip
+
+
+def test_many_required_keys_refuse_a_budget_below_their_bound_in_either_key_order(
+    smol_tokenizer, smol_model
+):
+    """Twelve required keys: a budget no member fits is refused with a proof before the first
+    forward, in the schema's key order and in any order — whose masks leave the required keys
+    to the final check, so only a bound that counts them can refuse (it was (1, 1): `{}`, which
+    the check fails, fitted every budget). A budget that fits the built member is admitted;
+    in the schema's order the output is complete and valid there."""
+    names = [f"k{i}" for i in range(12)]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
+              "required": names}  # fmt: skip
+    calls: list[int] = []
+    hook = smol_model.register_forward_pre_hook(lambda *args: calls.append(1))
+    try:
+        for key_order in ("schema", "any"):
+            g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="",
+                                         key_order=key_order)  # fmt: skip
+            lower, upper = g.shortest_bounds(g.initial_state)
+            assert 2 * len(names) < lower <= upper, key_order  # ≥ 2 tokens a key
+            witness = g.completion(g.initial_state)  # the masks' shortest text found
+            assert (len(witness) == upper) == (key_order == "schema")
+            assert (g.check(witness) is None) == (key_order == "schema")  # any: `{}`, refused
+            with pytest.raises(BudgetTooSmallError, match=f"needs (at least )?{lower} tokens"):
+                hf_fvo.generate(smol_model, torch.tensor([[1, 5]]), grammar=g, phi="uniform",
+                                max_new_tokens=lower, do_sample=False)  # fmt: skip
+            assert not calls  # refused before the first forward
+            assert g.budget_refusal(g.initial_state, upper + 1) is None
+        refusal = g.budget_refusal(g.initial_state, lower)
+        assert "passes its final check (#: properties)" in str(refusal)  # it names the check
+        ordered = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+        budget = ordered.shortest_bounds(ordered.initial_state)[1] + 1
+        out = hf_fvo.generate(smol_model, torch.tensor([[1, 5]]), grammar=ordered,
+                              max_new_tokens=budget, do_sample=False)  # fmt: skip
+        text = smol_tokenizer.decode(out[0, 2:], skip_special_tokens=True)
+        assert sorted(json.loads(text)) == sorted(names), text
+    finally:
+        hook.remove()

@@ -136,7 +136,12 @@ class CertifiedBudget:
         texts: Callable[[], tuple[str, ...]] | None = None,
         closer: Callable[[], Any] | None = None,
         raw: Callable[[str, str, str], str | None] | None = None,
+        checked_lower: bool = False,
     ) -> None:
+        # checked_lower: ``lower`` also counts what the final check decides (key_order="any":
+        # the required keys), so it may exceed the masks' shortest text, which the check fails
+        self.checked_lower = checked_lower
+        self._checked_upper: int | object | None = UNKNOWN
         self._closer = closer
         self._raw = raw
         self._closing = closing
@@ -285,6 +290,19 @@ class CertifiedBudget:
         if self._pieces is None:
             self._pieces = tuple(t.encode() for t in (self._texts() if self._texts else ()))
         return self._pieces
+
+    def checked_upper(self, check: Callable[[tuple[int, ...]], str | None]) -> int | None:
+        """Tokens of a member from the initial state that the parser and ``check`` (the final
+        check of the finished tokens) both pass: the initial witness, else the built member;
+        ``None`` where neither passes. Computed once."""
+        if self._checked_upper is UNKNOWN:
+            found = None
+            for witness in (self.completion(self._initial), self._built_member()):
+                if witness is not None and check(witness) is None:
+                    found = len(witness)
+                    break
+            self._checked_upper = found
+        return self._checked_upper  # type: ignore[return-value]
 
     def _built_member(self) -> tuple[int, ...] | None:
         """The built member's text in the fewest tokens that spell it, if the parser (and the

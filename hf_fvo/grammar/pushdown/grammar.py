@@ -34,7 +34,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from hf_fvo.errors import EmptyLanguageError, GrammarError, InvalidArgumentError
+from hf_fvo.errors import (
+    BudgetTooSmallError,
+    EmptyLanguageError,
+    GrammarError,
+    InvalidArgumentError,
+    check_int,
+)
 from hf_fvo.grammar.bitmask import bias_table, pack
 from hf_fvo.grammar.interface import Grammar, LazyAdmissible, _same_rows, bias_bits
 from hf_fvo.grammar.pushdown.engine import (
@@ -230,7 +236,31 @@ class PushdownGrammar(Grammar):
     def shortest_bounds(
         self, state: PushdownState, enough: int | None = None
     ) -> tuple[int, int | None]:
-        return self._budget.shortest_bounds(state, enough)
+        """With a final check, at the initial state the bounds are on members that pass it:
+        the upper one a member that the parser and the check both pass."""
+        lower, upper = self._budget.shortest_bounds(state, enough)
+        if state is self._initial and self._final_check is not None:
+            upper = self._budget.checked_upper(self.check)
+        return lower, upper
+
+    @_locked
+    def budget_refusal(
+        self, state: PushdownState, budget: int, what: str = "the budget", remedy: str = ""
+    ) -> GrammarError | None:
+        """Where the lower bound counts what the final check decides (``key_order="any"``: the
+        required keys), a budget below it is refused before the masks are asked: they admit
+        shorter texts, every one of which the check fails."""
+        if state is self._initial and self._budget.checked_lower:
+            lower, upper = self.shortest_bounds(state, enough=check_int("budget", budget))
+            if lower + 1 > budget:
+                named = ", ".join(dict.fromkeys(f"{c.pointer}: {c.keyword}" for c in self.checked))
+                found = "" if upper is None else f" (the shortest member found has {upper})"
+                return BudgetTooSmallError(
+                    f"{what} is below the shortest member of {self.source} that passes its "
+                    f"final check ({named}): it needs at least {lower} tokens plus EOS{found}; "
+                    f"the masks alone admit shorter texts, which the check refuses{remedy}"
+                )  # fmt: skip
+        return super().budget_refusal(state, budget, what, remedy)
 
     @_locked
     def tokens_to_accept(self, state: PushdownState) -> int | None:

@@ -17,6 +17,12 @@ Only what holds for every member is read: required names of ``type: object`` nod
 format, once prepared) makes every match write; a node with ``enum``,
 ``const``, combinators or a ``$ref`` beside other keywords counts as free text. Pure: no engine
 import.
+
+Where an object's members may come in any order (``key_order="any"``), :func:`unordered_blocks`
+reads the same text as segments whose order is free — the text before an object's members, each
+member, the text after them — and :func:`fewest_tokens_unordered` bounds any arrangement of them:
+each segment's fewest tokens, less one per boundary between segments (a token may cover both
+sides of one boundary, and tokens do not overlap).
 """
 
 from __future__ import annotations
@@ -29,12 +35,19 @@ from typing import Any
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target
 from hf_fvo.grammar.schema.patterns import python_tree
 
-__all__ = ["fewest_tokens", "literal_blocks", "pattern_items"]
+__all__ = [
+    "fewest_tokens",
+    "fewest_tokens_unordered",
+    "literal_blocks",
+    "pattern_items",
+    "unordered_blocks",
+]
 
 _MAX_BYTES = 1 << 16  # blocks read at most (a prefix of the blocks bounds as soundly)
 # keywords that make a node free text here (several spellings, or an order merged from parts)
 _FREE = ("enum", "const", "anyOf", "oneOf", "allOf", "not", "if", "$ref", "dependentSchemas")
 _GAP = None
+_CUT = "cut"  # (unordered reading) a boundary between segments whose order is free
 _Item = bytes | frozenset[int] | None  # literal bytes, one byte of a class, or free text
 # bytes a pattern's character is written as, one byte each, in the canonical JSON string text
 _PLAIN = frozenset(range(0x20, 0x7F)) - {ord('"'), ord("\\")}
@@ -59,18 +72,67 @@ def literal_blocks(schema: Any, compact: bool = True) -> list[bytes | frozenset[
     """
     reader = _Reader(schema, compact)
     reader.node(schema, 0)
+    return _joined(reader.items)
+
+
+def unordered_blocks(schema: Any, compact: bool = True) -> list[list[bytes | frozenset[int]]]:
+    """What every member of a prepared schema writes where each object's members may come in
+    any order: segments of :func:`literal_blocks` whose order among themselves is free (each
+    object's members, a segment each; the text around them), for
+    :func:`fewest_tokens_unordered`. A member that ``minProperties`` asks beyond the required
+    ones writes its key's quotes and colon.
+
+    Example:
+        >>> from hf_fvo.grammar.schema.literals import unordered_blocks
+        >>> unordered_blocks({"type": "object", "properties": {"a": {"type": "string"},
+        ...                   "b": {"type": "integer"}}, "required": ["a", "b"]})
+        [[b'{'], [b'"a":"', b'"'], [b'"b":'], [b'}']]
+    """
+    reader = _Reader(schema, compact)
+    reader.cuts = True
+    reader.node(schema, 0)
+    cuts = [i for i, x in enumerate(reader.items) if x is _CUT]
+    segments, start = [], 0
+    for end in [*cuts, len(reader.items)]:
+        blocks = _joined(reader.items[start:end])
+        if blocks:
+            segments.append(blocks)
+        start = end + 1
+    return segments
+
+
+def _joined(items: Sequence[Any]) -> list[bytes | frozenset[int]]:
+    """Items as blocks: consecutive bytes joined, a class a block of its own, gaps dropped."""
     blocks: list[bytes | frozenset[int]] = []
     run: list[bytes] = []
-    for item in [*reader.items, _GAP]:
+    for item in [*items, _GAP]:
         if isinstance(item, bytes):
             run.append(item)
             continue
         if run:
             blocks.append(b"".join(run))
         run = []
-        if item is not _GAP:  # a class: a block of its own
+        if isinstance(item, frozenset):  # a class: a block of its own
             blocks.append(item)
     return blocks
+
+
+def fewest_tokens_unordered(
+    segments: Sequence[Sequence[bytes | frozenset[int]]], token_bytes: Iterable[bytes | None]
+) -> int:
+    """The fewest tokens of any text that holds each segment's blocks in order, the segments in
+    any order (free text between any two blocks), at least: the sum of each segment's
+    :func:`fewest_tokens`, less one per boundary between two segments.
+
+    Example:
+        >>> from hf_fvo.grammar.schema.literals import fewest_tokens_unordered
+        >>> vocab = [b"a", b"b", b"c", b"ab", b"xabc"]
+        >>> fewest_tokens_unordered([[b"ab"], [b"cc"], [b"cab"]], vocab)
+        3
+    """
+    table = _Table.of(tuple(token_bytes))
+    counts = [_fewest(table, blocks) for blocks in segments]
+    return max(0, sum(counts) - max(0, len(counts) - 1))
 
 
 def fewest_tokens(
@@ -94,7 +156,10 @@ def fewest_tokens(
         >>> fewest_tokens([b"ccc", b"cc"], vocab), fewest_tokens([frozenset(b"ab")] * 3, vocab)
         (5, 1)
     """
-    table = _Table.of(tuple(token_bytes))
+    return _fewest(_Table.of(tuple(token_bytes)), blocks)
+
+
+def _fewest(table: _Table, blocks: Sequence[bytes | frozenset[int]]) -> int:
     classes: dict[int, frozenset[int]] = {}  # position: the bytes a class block allows there
     spelled: list[bytes] = []
     ends: list[int] = []  # per position: where its block ends
@@ -259,13 +324,17 @@ class _Reader:
     def __init__(self, root: Any, compact: bool) -> None:
         self.defs = definitions_of(root)
         self.ws = () if compact else (_GAP,)
-        self.items: list[_Item] = []
+        self.items: list[_Item | str] = []
         self.size = 0
+        self.cuts = False  # mark where an object's members begin and end (any key order)
 
-    def put(self, *items: _Item) -> None:
+    def put(self, *items: _Item | str) -> None:
         for item in items:
             self.items.append(item)
-            self.size += 1 if isinstance(item, frozenset) else 0 if item is None else len(item)
+            if isinstance(item, frozenset):
+                self.size += 1
+            elif isinstance(item, bytes):
+                self.size += len(item)
 
     def node(self, s: Any, depth: int) -> None:
         if self.size > _MAX_BYTES or depth > 64 or not isinstance(s, dict):
@@ -289,12 +358,20 @@ class _Reader:
         props = s.get("properties") if isinstance(s.get("properties"), dict) else {}
         required = set(s.get("required") or ()) if isinstance(s.get("required"), list) else set()
         self.put(b"{")
+        cut = (_CUT,) if self.cuts else ()
+        written = 0
         for name, sub in props.items():
             if name not in required:
                 continue
-            self.put(_GAP, *_key(name), *self.ws, b":", *self.ws)
+            self.put(_GAP, *cut, *_key(name), *self.ws, b":", *self.ws)
             self.node(sub, depth + 1)
-        self.put(_GAP, b"}")
+            written += 1
+        if self.cuts:  # members beyond these that minProperties asks: a key's quotes and colon
+            more = s.get("minProperties", 0)
+            more = more if isinstance(more, int) and not isinstance(more, bool) else 0
+            for _ in range(min(more - written, 4096)):
+                self.put(_GAP, _CUT, b'"', _GAP, b'"', *self.ws, b":")
+        self.put(_GAP, *cut, b"}")
 
     def array(self, s: dict, depth: int) -> None:
         need = s.get("minItems", 0)

@@ -73,6 +73,9 @@ class PreparedSchema:
     ignored: tuple[tuple[str, str], ...] = ()
     checked: tuple[Checked, ...] = ()
     draft: str = "2020-12"  # the draft the schema is read by ("draft-04", … "2020-12")
+    # under key_order="any": the schema before its objects were unordered (the same language in
+    # the schema's key order: a member built from it is one of any order's members)
+    ordered: Any = None
 
     @property
     def integral_fractions(self) -> bool:
@@ -199,9 +202,10 @@ def prepare_json_schema(
             root = apply_strict(root)
         root = rewrite_logic(root, intersect, checked, decimal_multiples=decimal_multiples,
                              complements=complements)  # fmt: skip
+        before = None
         if key_order == "any":
             ordered: list[Checked] = []
-            root = any_key_order(root, ordered, intersect)
+            before, root = root, any_key_order(root, ordered, intersect)
             if ordered and checked is None:
                 raise UnsupportedSchemaError(f"{ordered[0].pointer}: {ordered[0].reason} "
                                              "(checks=False)")  # fmt: skip
@@ -212,7 +216,8 @@ def prepare_json_schema(
     found = tuple(
         Checked(cleaner.user_pointers(c.pointer), c.keyword, c.reason) for c in checked or ()
     )
-    return PreparedSchema(root, tuple(cleaner.ignored), tuple(dict.fromkeys(found)), cleaner.draft)
+    return PreparedSchema(root, tuple(cleaner.ignored), tuple(dict.fromkeys(found)), cleaner.draft,
+                          before)  # fmt: skip
 
 
 # -- cleaning --------------------------------------------------------------------------------
