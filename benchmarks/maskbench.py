@@ -113,15 +113,20 @@ def main() -> None:
         for m in mismatches:
             f.write(json.dumps(m) + "\n")
     lines = [
-        f"## {args.title}: valid instances accepted, invalid ones rejected",
+        f"## {args.title}: valid instances accepted, invalid ones rejected"
+        + (" (key_order='any')" if args.key_order == "any" else ""),
         "",
         f"{provenance('llguidance', 'xgrammar')} {len(rows)} files "
         f"of `{args.data.rsplit('/', 1)[-1]}`, SmolLM2 tokenizer, compact JSON, the spec's "
         "language (no "
         "strict objects). Instances are read as "
-        "the tokenizer's tokenization of their compact JSON with keys in the order of the "
-        "subschema they match (`in_schema_order`); "
-        "'hf_fvo (search)' feeds the same grammar through `accepting_serialization` (any key "
+        "the tokenizer's tokenization of their compact JSON with keys "
+        + (
+            "in the order they are written (`key_order='any'`); "
+            if args.key_order == "any"
+            else "in the order of the subschema they match (`in_schema_order`); "
+        )
+        + "'hf_fvo (search)' feeds the same grammar through `accepting_serialization` (any key "
         "order the grammar accepts for valid instances, the schema's global key order for invalid "
         "ones). "
         "Only files an engine compiles count toward its instance columns."
