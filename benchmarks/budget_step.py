@@ -1,0 +1,180 @@
+"""The grammar step during generation under budgets that bind: greedy, sampled, 4-beam and
+particle decoding on development-set schemas at the shortest member + 2, + 8 and + 24 tokens and
+at 256.
+
+Per schema (every ``--every``-th row of each development file that compiles — compact JSON,
+MaskBench rows as the spec's language — and whose shortest member the grammar builds within
+``--longest`` tokens; SmolLM2 with the schema in the prompt, as ``realworld_generation.py``
+asks): ``hf_fvo.generate`` at each budget (the shortest member's tokens, ``shortest_bounds``'s
+upper bound, plus EOS, plus 2, 8 or 24; and 256) greedy and sampled; at + 2, where the budget
+binds from the first token, also ``num_beams=4`` and ``particles=8``. Without the grammar's free
+drafts (``grammar_draft=False``: plain decoding, one processor call per step; with them the
+draft's own grammar work falls between forwards, outside the processor). Two times per step:
+
+- *grammar step*: each call of ``FVOLogitsProcessor`` (every row's state advanced, its set under
+  the budget, the scores masked) — greedy, sampled and beams; per row-step = the call ÷ its rows;
+- *between forwards*: the wall time from the end of one forward to the start of the next (the
+  grammar step plus everything else the decoding loop does: Transformers' own step, and for
+  particles the weights and resampling) — every decoder, particles included; per row-step
+  likewise.
+
+Each output's wall time is set beside the model's unconstrained ``generate`` of as many new
+tokens with as many rows (greedy; 4 beams; 8 sampled sequences), run right after it: "over 2×"
+counts outputs whose time exceeds twice that. Every output must be complete (0 cut) and valid.
+
+Usage: python benchmarks/budget_step.py [--every N] [--longest T] [--write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import torch
+from harness import provenance, publish
+
+SECTION = "## Budget rule: the grammar step during generation, budgets that bind"
+REAL = Path(__file__).resolve().parents[2] / "shared" / "realworld"
+MARGINS = (2, 8, 24, None)  # None: a budget of 256
+
+
+class _Clock:
+    """Times the processor's calls and the gaps between the model's forwards."""
+
+    def __init__(self, model) -> None:
+        self.steps: list[tuple[float, int]] = []  # (seconds, rows) per processor call
+        self.gaps: list[tuple[float, int]] = []  # (seconds, rows) between two forwards
+        self._end: float | None = None
+        model.register_forward_pre_hook(self._start, with_kwargs=True)
+        model.register_forward_hook(self._stop)
+
+    def reset(self) -> None:
+        self.steps, self.gaps, self._end = [], [], None
+
+    def _start(self, module, args, kwargs) -> None:
+        if self._end is not None:
+            ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
+            rows = ids.shape[0] if isinstance(ids, torch.Tensor) else 1
+            self.gaps.append((time.perf_counter() - self._end, rows))
+
+    def _stop(self, module, args, output) -> None:
+        self._end = time.perf_counter()
+
+
+def _timed_processor(clock: _Clock) -> None:
+    from hf_fvo.generation import processors
+
+    call = processors.FVOLogitsProcessor.__call__
+
+    def timed(self, input_ids, scores):
+        t0 = time.perf_counter()
+        out = call(self, input_ids, scores)
+        clock.steps.append((time.perf_counter() - t0, input_ids.shape[0]))
+        return out
+
+    processors.FVOLogitsProcessor.__call__ = timed
+
+
+def main() -> None:
+    import hf_fvo
+    from hf_fvo import Grammar
+    from hf_fvo.errors import BudgetTooSmallError, BudgetUndecidedError, GrammarError
+    from hf_fvo.models import load_default_model, load_default_tokenizer
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--every", type=int, default=40, help="every N-th row of each file")
+    ap.add_argument("--longest", type=int, default=120, help="shortest members up to T tokens")
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    tok, model = load_default_tokenizer(), load_default_model()
+    clock = _Clock(model)
+    _timed_processor(clock)
+    from realworld_generation import outcome, prompt_ids
+
+    eos = {tok.eos_token_id}
+    rows_of: dict[str, list] = defaultdict(list)  # decoder → per row-step seconds
+    gaps_of: dict[str, list] = defaultdict(list)
+    outputs: dict[str, list] = defaultdict(list)  # decoder → (seconds, unconstrained seconds)
+    status: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    schemas = 0
+    for name in ("jsonschemabench-dev", "maskbench-dev"):
+        rows = [json.loads(line) for line in (REAL / f"{name}.jsonl").open()][:: args.every]
+        for row in rows:
+            try:
+                g = Grammar.from_json_schema(row["schema"], tok, whitespace="",
+                                             strict="tests" not in row,
+                                             vocab_size=model.config.vocab_size)  # fmt: skip
+            except GrammarError:
+                continue
+            shortest = g.shortest_bounds(g.initial_state)[1]
+            if shortest is None or shortest > args.longest:
+                continue
+            schemas += 1
+            ids = prompt_ids(tok, row["schema"])
+            for margin in MARGINS:
+                budget = 256 if margin is None else shortest + 1 + margin
+                label = "256" if margin is None else f"+{margin}"
+                plain = {"grammar_draft": False}  # (the processor is then the whole step)
+                runs = [("greedy", {"do_sample": False, **plain}),
+                        ("sampled", {"do_sample": True, **plain})]  # fmt: skip
+                if margin == 2:
+                    runs += [("4 beams", {"do_sample": False, "num_beams": 4, **plain}),
+                             ("8 particles", {"do_sample": True, "particles": 8})]  # fmt: skip
+                for decoder, kwargs in runs:
+                    key = f"{decoder} {label}"
+                    torch.manual_seed(0)
+                    clock.reset()
+                    t0 = time.perf_counter()
+                    try:
+                        out = hf_fvo.generate(model, ids, grammar=g, max_new_tokens=budget,
+                                              top_k=0, **kwargs)  # fmt: skip
+                    except (BudgetTooSmallError, BudgetUndecidedError):
+                        status[key]["refused"] += 1
+                        continue
+                    seconds = time.perf_counter() - t0
+                    new = out[0, ids.shape[1] :].tolist()
+                    _, state, valid, _ = outcome(tok, row["schema"], new, eos, None)
+                    status[key][state] += 1
+                    status[key]["valid"] += bool(valid)
+                    rows_of[key] += [s / r for s, r in clock.steps]
+                    gaps_of[key] += [s / r for s, r in clock.gaps]
+                    length = len(new)
+                    plain = {"num_beams": 4} if "beams" in decoder else (
+                        {"do_sample": True, "num_return_sequences": 8}
+                        if "particles" in decoder else {})  # fmt: skip
+                    t0 = time.perf_counter()
+                    model.generate(ids, max_new_tokens=length, min_new_tokens=length,
+                                   pad_token_id=tok.eos_token_id, top_k=0, **plain)  # fmt: skip
+                    outputs[key].append((seconds, time.perf_counter() - t0))
+            print(f"{schemas} schemas", flush=True)
+    lines = [SECTION, "", provenance("llguidance", "transformers"), "",
+             f"{schemas} schemas (every {args.every}th row of each development file that "
+             f"compiles, shortest member ≤ {args.longest} tokens); SmolLM2-135M-Instruct, "
+             "float32, one thread. Per row-step: a processor call (or the time between two "
+             "forwards) ÷ its rows. 'over 2×': outputs whose wall time exceeds twice the "
+             "unconstrained generate() of as many new tokens and rows.", "",
+             "| decoder, budget | outputs | cut | valid | step p50 ms | step p99 ms | "
+             "step max ms | between forwards p99 ms | max ms | output ÷ unconstrained "
+             "median | max | over 2× |", "|---|" + "---|" * 11]  # fmt: skip
+    for key in sorted(status, key=lambda k: (k.split()[-1], k)):
+        s = status[key]
+        done = s["complete"] + s["cut"]
+        step = np.array(rows_of[key] or [np.nan]) * 1e3
+        gap = np.array(gaps_of[key] or [np.nan]) * 1e3
+        ratio = np.array([a / b for a, b in outputs[key]] or [np.nan])
+        lines.append(
+            f"| {key} | {done} | {s['cut']} | {s['valid']} | {np.percentile(step, 50):.2f} | "
+            f"{np.percentile(step, 99):.1f} | {step.max():.0f} | {np.percentile(gap, 99):.1f} | "
+            f"{gap.max():.0f} | {np.median(ratio):.2f} | {ratio.max():.2f} | "
+            f"{int((ratio > 2).sum())} |" + (f" ({s['refused']} refused)" if s["refused"] else "")
+        )
+    publish(lines, args.write)
+
+
+if __name__ == "__main__":
+    main()
