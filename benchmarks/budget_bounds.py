@@ -59,7 +59,7 @@ def main() -> None:
         lower_seconds: list[float] = []
         refusal_seconds: list[float] = []  # a refusal stops once its lower bound proves it
         refusals: list[str] = []
-        false_refusals = instances = below = 0
+        false_refusals = instances = below = above = 0
         for row in rows:
             label = row.get("name") or row.get("file")
             try:
@@ -78,6 +78,7 @@ def main() -> None:
             seconds.append(t1 - t0)
             lower_seconds.append(time.perf_counter() - t2)
             if upper is not None:
+                above += lower > upper  # a member shorter than the lower bound: unsound
                 finite += 1
                 exact += lower == upper
                 gaps[min(upper - lower, 50)] += 1
@@ -102,7 +103,8 @@ def main() -> None:
             + (f" ({'; '.join(refusals)})" if refusals else "")
             + f"; refusals a valid member of ≤ {args.budget - 1} tokens contradicts: "
             f"**{false_refusals}**; valid instances with fewer tokens than the lower bound: "
-            f"**{below}** of {instances}. Time per schema of the upper bound (asked by every "
+            f"**{below}** of {instances}; lower bounds above the upper bound's member: "
+            f"**{above}**. Time per schema of the upper bound (asked by every "
             "budget) "
             f"{_spread(seconds)}; of a refusal at {args.budget} "
             f"{_spread(refusal_seconds) if refusal_seconds else '-'}; of the whole lower bound "

@@ -14,7 +14,9 @@ member's tokens, never a claim that a member that short exists.
 
 Only what holds for every member is read: required names of ``type: object`` nodes declared in
 ``properties``, brackets of arrays with ``minItems``, quotes of strings, what a ``pattern`` (a
-format, once prepared) makes every match write; a node with ``enum``,
+format, once prepared) makes every match write, a number's last byte (a digit: a class, whose
+tokens reach no further than the longest that holds a digit; SmolLM2's hold one), ``null``; a
+node with ``enum``,
 ``const``, combinators or a ``$ref`` beside other keywords counts as free text. Pure: no engine
 import.
 
@@ -48,6 +50,7 @@ _MAX_BYTES = 1 << 16  # blocks read at most (a prefix of the blocks bounds as so
 _FREE = ("enum", "const", "anyOf", "oneOf", "allOf", "not", "if", "$ref", "dependentSchemas")
 _GAP = None
 _CUT = "cut"  # (unordered reading) a boundary between segments whose order is free
+_DIGIT = frozenset(b"0123456789")  # a JSON number's last byte, however it is spelled
 _Item = bytes | frozenset[int] | None  # literal bytes, one byte of a class, or free text
 # bytes a pattern's character is written as, one byte each, in the canonical JSON string text
 _PLAIN = frozenset(range(0x20, 0x7F)) - {ord('"'), ord("\\")}
@@ -59,14 +62,17 @@ _REF_SIBLINGS = {"$ref", "$defs", "definitions", "$schema", "$id", "$comment", "
 
 def literal_blocks(schema: Any, compact: bool = True) -> list[bytes | frozenset[int]]:
     """Byte strings that every member of a prepared schema's language writes, in this order, with
-    free text (maybe empty) between consecutive blocks; a frozenset is one byte of a pattern's
-    class (:func:`pattern_items`). ``compact=False`` where whitespace may separate JSON's tokens.
+    free text (maybe empty) between consecutive blocks; a frozenset is one byte of a class (a
+    pattern's, :func:`pattern_items`; a number's last byte). ``compact=False`` where whitespace
+    may separate JSON's tokens.
 
     Example:
         >>> from hf_fvo.grammar.schema.literals import literal_blocks
         >>> literal_blocks({"type": "object", "properties": {"a": {"type": "string"},
-        ...                 "b": {"type": "integer"}}, "required": ["a", "b"]})
-        [b'{', b'"a":"', b'"', b'"b":', b'}']
+        ...                 "b": {"type": "null"}}, "required": ["a", "b"]})
+        [b'{', b'"a":"', b'"', b'"b":null', b'}']
+        >>> sorted(literal_blocks({"type": "integer"})[0]) == sorted(b"0123456789")
+        True
         >>> literal_blocks({"type": "array", "items": {"type": "object"}, "minItems": 2})
         [b'[{', b'},{', b'}', b']']
     """
@@ -85,7 +91,7 @@ def unordered_blocks(schema: Any, compact: bool = True) -> list[list[bytes | fro
     Example:
         >>> from hf_fvo.grammar.schema.literals import unordered_blocks
         >>> unordered_blocks({"type": "object", "properties": {"a": {"type": "string"},
-        ...                   "b": {"type": "integer"}}, "required": ["a", "b"]})
+        ...                   "b": {}}, "required": ["a", "b"]})
         [[b'{'], [b'"a":"', b'"'], [b'"b":'], [b'}']]
     """
     reader = _Reader(schema, compact)
@@ -352,7 +358,11 @@ class _Reader:
             return self.object(s, depth)
         if kind == "array":
             return self.array(s, depth)
-        return self.put(_GAP)  # numbers, true/false, null: short, and spelled several ways
+        if kind in ("integer", "number"):  # several spellings, each ending in a digit
+            return self.put(_GAP, _DIGIT)
+        if kind == "null":
+            return self.put(b"null")
+        return self.put(_GAP)  # true/false: a class of their bytes would reach too far
 
     def object(self, s: dict, depth: int) -> None:
         props = s.get("properties") if isinstance(s.get("properties"), dict) else {}
