@@ -122,6 +122,7 @@ def test_a_failure_inside_the_engine_ends_the_request_instead_of_the_server(comp
 def test_an_unwritable_cpu_file_is_refused_at_start_naming_the_variable(monkeypatch, tmp_path):
     """HF_FVO_VLLM_CPU_FILE pointing where nothing can be written fails when the engine builds
     the processor, with a typed error naming the variable, not at the first step inside vLLM."""
+    pytest.importorskip("vllm")  # FVOProcessor is vLLM's class (tests/vllm/run has it)
     from types import SimpleNamespace
 
     from hf_fvo.errors import InvalidArgumentError
@@ -147,6 +148,7 @@ def test_the_grammar_thread_leaves_the_core_its_pinned_creator_runs_the_forward_
     """vLLM's CPU worker pins the forward's thread to one core and a new thread inherits that
     mask: the grammar thread moves to the process's other cores (measured in vLLM: otherwise
     it ran on the forward's core); an unpinned thread (vLLM's GPU workers) keeps its mask."""
+    pytest.importorskip("vllm")  # FVOProcessor is vLLM's class (tests/vllm/run has it)
     from concurrent.futures import ThreadPoolExecutor
 
     from hf_fvo.vllm.processor import _beside_the_forward
@@ -175,6 +177,7 @@ def test_the_engines_batched_step_gives_each_row_what_its_own_processor_gives(
     every row must equal its request's own processor, bit for bit, as rows come and go, where
     a token was a placeholder (−1) when the step was prepared, and where tokens were dropped
     after it was. The step's CPU time is counted per step and row (HF_FVO_VLLM_CPU_FILE)."""
+    pytest.importorskip("vllm")  # FVOProcessor is vLLM's class (tests/vllm/run has it)
     import json
     import os
     from types import SimpleNamespace
@@ -247,6 +250,7 @@ def test_identical_requests_share_one_processor_and_get_the_scores_they_get_alon
     prefix's grammar state and budget check are computed once; another budget gets its own.
     Sharing changes no score (bit for bit against an unshared processor), one request's failure
     ends only that request, and the shared processor goes with the last request holding it."""
+    pytest.importorskip("vllm")  # FVOProcessor is vLLM's class (tests/vllm/run has it)
     import gc
     import weakref
     from types import SimpleNamespace
