@@ -531,6 +531,9 @@ def test_key_order_any_matches_const_and_enum_objects_in_every_key_order(smol_to
             assert not member(g, text), (schema, text)
     small = Grammar.from_json_schema({"const": {"a": 1, "b": 2}}, smol_tokenizer, key_order="any")
     assert not small.checked  # two keys: the union of their orders, in the masks
+    with pytest.raises(EmptyLanguageError):  # an enum beside the const still constrains it
+        Grammar.from_json_schema({"const": {"a": 1, "b": 2}, "enum": [{"a": 2, "b": 2}]},
+                                 smol_tokenizer, key_order="any")  # fmt: skip
 
 
 def test_key_order_any_merges_parts_before_the_engine_orders_them(smol_tokenizer):

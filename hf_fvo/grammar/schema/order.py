@@ -117,7 +117,8 @@ class _Order:
         """A ``const``/``enum`` node whose values hold objects, as the ``anyOf`` of its values'
         shapes (:func:`_shape`): the values the node's other keywords reject dropped, as the
         lowering drops them, the ones without such an object kept as one ``enum``."""
-        rest = {k: v for k, v in node.items() if k not in ("const", "enum")}
+        listed = "const" if "const" in node else "enum"  # (an enum beside a const: a rest)
+        rest = {k: v for k, v in node.items() if k != listed}
         values = [v for v in _listed_values(node)
                   if not rest or satisfies(v, rest, self.defs)]  # fmt: skip
         plain = [v for v in values if not _ordered_value(v)]
