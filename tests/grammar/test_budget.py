@@ -381,6 +381,50 @@ def test_with_no_room_left_a_token_is_kept_exactly_where_its_next_state_accepts(
         assert kept == (1 if text.startswith('{"n":1') else 0)  # "}" closes it
 
 
+def test_with_no_room_left_the_set_is_every_token_that_completes_the_text(
+    smol_tokenizer, monkeypatch
+):
+    """At room 0 the budget rule tests first whether a token holds as many closing brackets
+    as the text has open containers (the closer's ``open_containers``), then parses what is
+    left. Along MaskBench's valid instances (nobody here wrote them; nested objects and
+    arrays), at the last states before each instance's end and at a few earlier ones, the set
+    is exactly the tokens after which the parser accepts (a parse per admissible token), also
+    where the witness's own token is not kept first."""
+    from hf_fvo.grammar.budget import certified
+
+    rows = [json.loads(line) for line in MASKBENCH.open()][:12]
+    states, kept, depths = 0, 0, Counter()
+    for row in rows:
+        data = next((t["data"] for t in row["tests"] if t["valid"]), None)
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        except GrammarError:
+            continue
+        ids = smol_tokenizer.encode(json.dumps(data, separators=(",", ":"), ensure_ascii=False))
+        s, at = g.initial_state, []
+        for t, y in enumerate(ids):
+            if t >= len(ids) - 4 or t % 16 == 5:
+                at.append(s)
+            s = g.next_state(s, y)
+            if s is None:
+                break
+        for s in at:
+            rule = g.budget_rule
+            want = np.zeros(g._n, dtype=np.uint8)
+            for y in np.flatnonzero(rule._bits(s)).tolist():
+                want[y] = g._completer.accepts(s._matcher, s._utf8, (y,))
+            got = rule._within(s, 0)
+            assert (got == want).all(), (row["description"], len(s._path))
+            with monkeypatch.context() as m:  # (the witness's own token kept by the test too)
+                m.setattr(certified.CertifiedBudget, "_witness_prefixes", lambda *args: None)
+                rule._memos[s].rooms.clear()
+                assert (rule._within(s, 0) == want).all(), (row["description"], len(s._path))
+            states += 1
+            kept += int(want.sum())
+            depths[rule._cursor(s).open_containers] += 1
+    assert states >= 40 and kept >= 8 and len(depths) >= 3, (states, kept, depths)
+
+
 def test_a_bare_processor_given_too_small_a_budget_warns_and_masks_to_the_grammar(smol_tokenizer):
     """generate() refuses such a budget; a processor used directly cannot, so it keeps the
     grammar's mask (never an all −inf row, which would crash sampling) and says why."""
@@ -456,6 +500,7 @@ def test_the_probe_cache_size_comes_from_the_environment(smol_tokenizer, monkeyp
 
 MASKBENCH = Path(__file__).resolve().parents[1] / "data" / "maskbench_slice.jsonl"
 OBJECT_KEYS = Path(__file__).resolve().parents[1] / "data" / "object_keys.jsonl"
+STRING_READERS = Path(__file__).resolve().parents[1] / "data" / "string_readers.jsonl"
 ANY_KEY = ("o29394", "o27840", "o10089")  # (its objects of any key)
 
 
@@ -1362,3 +1407,61 @@ def test_a_length_bounded_string_s_classes_are_its_lengths(
             assert not any(keep[y] and spelled[y].isalpha() and len(spelled[y]) > past
                            for y in range(g._n))  # fmt: skip
         assert keep.sum() > 128 or room < 3, room
+
+
+def test_a_pattern_with_lengths_or_alternatives_is_read_by_one_reader(smol_tokenizer, monkeypatch):
+    """Inside a string value whose schema is a ``pattern`` beside ``minLength``/``maxLength``,
+    or an ``anyOf`` of patterns (``tests/data/string_readers.jsonl``: nine MaskBench files,
+    nobody here wrote them), the string classes read the automata and the lengths together
+    (the closer's ``_Strings``): along each file's valid instance, under budgets that bind,
+    wherever that reader certified, every token it certified parses to acceptance with its
+    completion within the room, and on a fresh grammar the set holds every token the same
+    rule without the string classes keeps (it only adds members: o50681's email, ``^\\S+@\\S+$``
+    of 5 to 255 characters, had none kept without it where its fresh witness is longer than
+    the room)."""
+
+    from hf_fvo.eval.instances import in_schema_order
+    from hf_fvo.grammar.budget import certified
+
+    original = certified.CertifiedBudget._string_classes
+    fired: list[tuple] = []
+
+    def recorded(self, check, cand, witness):
+        before = check.keep.copy()
+        original(self, check, cand, witness)
+        reader = self._cursor(check.state).string_reader()
+        if (check.keep != before).any() and type(reader[0]).__name__ == "_Strings":
+            fired.append((check.state, check.room, np.flatnonzero(check.keep & (before ^ 1)),
+                          self._room(check.state, check.room).classes))  # fmt: skip
+
+    def within(schema, path, room, classes):
+        with monkeypatch.context() as m:
+            m.setattr(certified.CertifiedBudget, "_string_classes",
+                      original if classes else lambda *args: None)  # fmt: skip
+            fresh = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+            return fresh.budget_rule._within(fresh.walk(path), room)
+
+    monkeypatch.setattr(certified.CertifiedBudget, "_string_classes", recorded)
+    states, added, schemas = 0, 0, set()
+    for row in map(json.loads, STRING_READERS.open()):
+        data = next(t["data"] for t in row["tests"] if t["valid"])
+        g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
+                          ensure_ascii=False)  # fmt: skip
+        for s, _, room, _, _ in _checked_steps(g, smol_tokenizer.encode(text)[:130]):
+            for state, at, certified_ids, classes in fired:
+                assert state is s and at == room
+                for y in certified_ids.tolist():
+                    heir = classes.witnesses[int(classes.keys[y])]
+                    assert len(heir) <= room and g._completer.accepts(s._matcher, 0, (y, *heir))
+                states += 1
+                schemas.add(row["description"])
+                if g.budget_rule._cursor(s).string_value[0] == "":  # (each string's start)
+                    path = list(s._path)
+                    read = within(row["schema"], path, room, True)
+                    plain = within(row["schema"], path, room, False)
+                    assert not (plain & (read ^ 1)).any(), (row["description"], len(path))
+                    added += int((read & (plain ^ 1)).sum())
+            fired.clear()
+    assert len(schemas) >= 4 and states >= 20, (schemas, states)
+    assert added > 0  # (o50681's email: the reader keeps what the rule without it dropped)

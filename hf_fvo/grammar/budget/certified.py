@@ -792,6 +792,11 @@ class CertifiedBudget:
             witness = self.completion(state)
         matcher, utf8 = state._matcher, state._utf8
         bits = self._bits(state)
+        if room == 0 and (cursor := self._cursor(state)) is not None:
+            # y alone must complete the text: it closes every open container (a test per
+            # token over the vocabulary, not a parse: at the end of a budget most of ~49k
+            # admissible tokens fail, one parse and a failed search each)
+            bits = bits & (self._tokenizer.closers[: self._n] >= cursor.open_containers)
         if witness:
             self._witness_prefixes(check, witness)
         tails = self._tails(witness, room)

@@ -193,6 +193,88 @@ class _Lengths:
         return hash(_Lengths)
 
 
+class _Strings:
+    """A string reader (:meth:`JsonCursor.string_reader`) for alternatives each a ``pattern``
+    and/or length bounds (``{"type": "string", "pattern": p, "maxLength": 63}``; an ``anyOf``
+    of such): per alternative still open, the pattern's automaton's states (``None``: no
+    pattern) beside the characters written, counted as :class:`_Lengths` counts them. Two texts
+    that leave the same states leave every alternative with the same residual, so the union's
+    is the same. Characters are alike where every automaton cannot tell them apart
+    (:meth:`representatives`: printable ASCII, one character a byte)."""
+
+    counts_characters = False
+
+    def __init__(self, branches: tuple[tuple[Any, _Lengths], ...]) -> None:
+        self.branches = branches
+        self._alike: dict[int, int] | None = None
+
+    @classmethod
+    def read(cls, nodes: tuple[Any, ...], text: str) -> tuple[_Strings, frozenset] | None:
+        """The reader of ``nodes`` (the alternatives a string value may be) and its states
+        after ``text``; ``None`` where one of them says more of a string than a pattern and
+        its length, a pattern is not read here, or a character outside the Basic Multilingual
+        Plane was written (one character here, perhaps two to the engine)."""
+        if any(ord(c) > 0xFFFF for c in text):
+            return None
+        branches: list[tuple[Any, _Lengths]] = []
+        for node in nodes:
+            node = {} if node is True else node
+            if not isinstance(node, dict) or set(node) & (_STRING_SHAPES - {"pattern"}):
+                return None
+            kinds = node.get("type", "string")
+            if "string" not in ([kinds] if isinstance(kinds, str) else kinds):
+                continue  # (takes no string)
+            low, high = node.get("minLength", 0), node.get("maxLength")
+            if not isinstance(low, int) or not (high is None or isinstance(high, int)):
+                return None
+            machine = None
+            if "pattern" in node:
+                found = isinstance(node["pattern"], str) and pattern_states(node["pattern"], "")
+                if not found:
+                    return None
+                machine = found[0]
+            branches.append((machine, _Lengths(low, high)))
+        reader = cls(tuple(branches))
+        start = frozenset(
+            (i, None if m is None else m.start, 0) for i, (m, _) in enumerate(branches)
+        )
+        return reader, reader.run(start, text)
+
+    def representatives(self) -> dict[int, int]:
+        """A ``str.translate`` table writing each printable ASCII character as the first one
+        that no automaton tells apart from it (the common refinement of theirs)."""
+        if self._alike is None:
+            tables = [m.representatives() for m, _ in self.branches if m is not None]
+            table, first = {}, {}
+            for code in range(0x20, 0x7F):
+                key = tuple(t[code] for t in tables)
+                table[code] = first.setdefault(key, code)
+            self._alike = table
+        return self._alike
+
+    def run(self, states: frozenset, text: str) -> frozenset:
+        out = []
+        for i, pattern, count in states:
+            machine, lengths = self.branches[i]
+            if machine is not None:
+                pattern = machine.run(pattern, text)
+                if not pattern:
+                    continue
+            counted = lengths.run(frozenset({count}), text)
+            if counted:
+                out.append((i, pattern, next(iter(counted))))
+        return frozenset(out)
+
+    def __eq__(self, other: object) -> bool:  # (the same automata: one reading of the vocabulary)
+        return isinstance(other, _Strings) and self._machines() == other._machines()
+
+    def __hash__(self) -> int:
+        return hash(self._machines())
+
+    def _machines(self) -> tuple[int, ...]:
+        return tuple(id(m) for m, _ in self.branches if m is not None)
+
+
 def _member(node: Any, key: str | int) -> Any:
     """The schema of an object's value at ``key`` or an array's item at index ``key``."""
     if not isinstance(node, dict):
@@ -262,6 +344,18 @@ class JsonCursor:
         self._schema, self._stack, self._lexeme, self._pending = schema, stack, lexeme, pending
 
     @property
+    def open_containers(self) -> int:
+        """How many objects and arrays the text has opened and not closed: each completion
+        writes as many closing brackets (``}`` or ``]``), and more for what it opens.
+
+        Example:
+            >>> from hf_fvo.grammar.schema.closer import JsonCursor
+            >>> JsonCursor.start({}).feed(b'{"a":[{"b":"}]').open_containers
+            3
+        """
+        return sum(frame.kind != "r" for frame in self._stack)
+
+    @property
     def string_value(self) -> tuple[str, tuple[Any, ...]] | None:
         """Inside a string value (not a key), at a character boundary with no escape begun:
         its text so far and the schema nodes it may be; ``None`` elsewhere.
@@ -324,6 +418,8 @@ class JsonCursor:
             return None
         if len(nodes) >= _ALTERNATIVES:
             return None  # (perhaps not all of them)
+        if any(isinstance(node, dict) and "pattern" in node for node in nodes):
+            return _Strings.read(nodes, text)
         least, most = 0, -1  # (most: −1 while no schema bounds the length)
         bounded = True
         for node in nodes:
