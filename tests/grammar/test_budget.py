@@ -1465,3 +1465,82 @@ def test_a_pattern_with_lengths_or_alternatives_is_read_by_one_reader(smol_token
             fired.clear()
     assert len(schemas) >= 4 and states >= 20, (schemas, states)
     assert added > 0  # (o50681's email: the reader keeps what the rule without it dropped)
+
+
+def test_tokens_that_end_a_string_alike_share_one_search(smol_tokenizer, monkeypatch):
+    """Inside a string its reader reads (a free key, a pattern, a length), tokens that write
+    content then close the string with the same bytes (``"``, ``."`` and ``)"`` in a free
+    object's key) leave the text with the same continuations: the budget rule searches
+    after the first of such a group and, where that finds nothing, not after the others
+    (``CertifiedBudget._ended_groups``). Along the instances of MaskBench files with free
+    keys and read strings (nobody here wrote them), at rooms that bind, the set holds every
+    token the same rule without the groups keeps, each token it adds has a completion that
+    parses within the room, and groups did save searches."""
+    from hf_fvo.eval.instances import in_schema_order
+    from hf_fvo.grammar.budget import certified
+
+    searched = Counter()
+    original = certified.CertifiedBudget._searched
+
+    def counted(self, *args, **kwargs):
+        searched[self] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(certified.CertifiedBudget, "_searched", counted)
+
+    def within(schema, path, room, groups):
+        with monkeypatch.context() as m:
+            if not groups:
+                m.setattr(certified.CertifiedBudget, "_ended_groups", lambda *args: None)
+            g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+            s = g.walk(path)
+            return g, s, g.budget_rule._within(s, room), searched[g.budget_rule]
+
+    rows = [json.loads(line) for line in OBJECT_KEYS.open()][:6]
+    rows += [json.loads(line) for line in STRING_READERS.open()][:4]
+    states, saved, added = 0, 0, 0
+    for row in rows:
+        data = next(t["data"] for t in row["tests"] if t["valid"])
+        g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
+                          ensure_ascii=False)  # fmt: skip
+        s, seen = g.initial_state, 0
+        for y in smol_tokenizer.encode(text)[:60]:
+            if g.budget_rule._ended_groups(s) is not None and seen < 3:
+                seen += 1
+                witness = g.completion(s)
+                for room in (0, 1, 2) if witness is None else (len(witness) - 1, len(witness)):
+                    if room < 0:
+                        continue
+                    path = list(s._path)
+                    grouped, gs, read, n_read = within(row["schema"], path, room, True)
+                    _, _, plain, n_plain = within(row["schema"], path, room, False)
+                    assert not (plain & (read ^ 1)).any(), (row["description"], len(path), room)
+                    for extra in np.flatnonzero(read & (plain ^ 1)).tolist():
+                        heir = grouped.budget_rule._inherited(gs, extra)
+                        assert len(heir) <= room and grouped._completer.accepts(
+                            gs._matcher, gs._utf8, (extra, *heir))  # fmt: skip
+                        added += 1
+                    saved += n_plain - n_read
+                    states += 1
+            s = g.next_state(s, y)
+            if s is None:
+                break
+    assert states >= 20 and saved > 100, (states, saved, added)
+
+
+def test_a_string_s_ending_tokens_are_grouped_by_what_the_reader_read(smol_tokenizer):
+    """The groups of ``_ended_groups`` join ending tokens only where the reader cannot tell
+    their contents apart: in a free object's key every content is alike (``"``, ``."``, ``_"``
+    one group), in a key that a ``patternProperties`` pattern reads ``x_`` (the pattern's
+    integer follows) and ``x.`` (``additionalProperties``' string) differ, and a different
+    end (``",`` against ``"``) is another group."""
+    free = Grammar.from_json_schema({"type": "object"}, smol_tokenizer, whitespace="")
+    group = free.budget_rule._ended_groups(free.walk(smol_tokenizer.encode('{"x')))
+    assert len({group(content, b'"') for content in (b"", b".", b"_")}) == 1
+    assert group(b".", b'"') != group(b".", b'",') and group(b".", b"") is None
+    schema = {"type": "object", "patternProperties": {"^x_": {"type": "integer"}},
+              "additionalProperties": {"type": "string"}}  # fmt: skip
+    read = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
+    group = read.budget_rule._ended_groups(read.walk(smol_tokenizer.encode('{"x')))
+    assert group(b"_", b'"') != group(b".", b'"') == group(b"-", b'"')

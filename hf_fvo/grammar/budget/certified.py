@@ -950,11 +950,16 @@ class CertifiedBudget:
         # the search from the first such token found, which the others try with one parse
         ends: dict[bytes, tuple[int, ...]] = {}
         spelled = self._vocab.token_bytes
+        ended = self._ended_groups(state)
+        failed: set[Any] = set()  # the groups whose first member found no completion
         for y in uncertified.tolist():  # in that order, until the work is spent
             if step is not None and step.done:
                 break  # (the rest are excluded: sound, perhaps not every member)
             plain = int(self._tokenizer.plain_lengths[y])
             end = spelled[y][plain:] if plain else b""
+            group = None if ended is None else ended(spelled[y][:plain], end)
+            if group is not None and group in failed:
+                continue  # (the same text after it as the first's: the same answer)
             found = None
             if (end in ends and spend(step)
                     and done.accepts(matcher, utf8, (y, *ends[end]))):  # fmt: skip
@@ -970,7 +975,37 @@ class CertifiedBudget:
             if found is not None:
                 keep[y] = 1
                 heirs.setdefault(y, found)
+            elif group is not None:
+                failed.add(group)
         return keep
+
+    def _ended_groups(self, state: PushdownState) -> Callable[[bytes, bytes], Any] | None:
+        """Inside a string (a key or a value, at a character boundary) that the cursor's
+        string reader reads (:meth:`~hf_fvo.grammar.schema.closer.JsonCursor.string_reader`:
+        two texts that leave it the same states are finished by the same strings): per
+        token that writes content (``content``: plain printable ASCII) then closes the
+        string (``end``: its bytes from the quote on), a key naming what follows it — the
+        reader's states after the content, and the end. Tokens of one key leave the text
+        with the same continuations, so the completions the rule finds after one are those
+        after every other; ``None`` for a token not of that kind, or where no reader applies.
+        (At ``{"alternate`` in a free object, ``"``, ``."`` and ``)"`` are one group.)"""
+        if state._utf8 != 0:
+            return None
+        cursor = self._cursor(state)
+        read = None if cursor is None else cursor.string_reader()
+        if read is None:
+            return None
+        reader, states = read
+        counted = getattr(reader, "counts_characters", False)
+
+        def group(content: bytes, end: bytes) -> Any:
+            if not end.startswith(b'"'):
+                return None
+            text = content.decode("ascii")  # (plain: printable ASCII)
+            after = reader.run(states, "a" * len(text) if counted else text)
+            return (after, end) if after else None
+
+        return group
 
     def _closed(
         self, state: PushdownState, y: int | None, room: int, work: Work | None = None
