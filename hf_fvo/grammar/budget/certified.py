@@ -638,7 +638,9 @@ class CertifiedBudget:
                 keep[y] = 1
                 heirs.setdefault(y, found)
 
-    def _string_classes(self, check: _Check, cand: np.ndarray, witness: tuple[int, ...]) -> None:
+    def _string_classes(
+        self, check: _Check, cand: np.ndarray, witness: tuple[int, ...]
+    ) -> list[tuple[int, np.ndarray]]:
         """Inside a string value whose schemas say what finishes it from how it began (the
         cursor's :meth:`~hf_fvo.grammar.schema.closer.JsonCursor.string_reader`: a
         ``pattern`` alone, or no more than its length, in a value or a key), the candidates
@@ -653,12 +655,16 @@ class CertifiedBudget:
         schema's closing, :meth:`_closed`) is one after every member. o21390's ``base_path``
         (``^/((pchar|%HH)+…)?$``): 15,858 candidates, a parse each, ~0.6 s a step; a free
         string in llguidance's JSON mode (MaskBench o73817), where no marker certifies: a
-        probe vocabulary built, 1.5 s."""
+        probe vocabulary built, 1.5 s.
+
+        A group whose first member that parse does not certify is returned as its first
+        member and the others (the followers): the rule's other tests try the first alone
+        and the others take its answer (:meth:`_follow`)."""
         state, room, keep, _, work = check
         cursor = self._cursor(state)
         found = None if cursor is None else cursor.string_reader()
         if found is None:
-            return
+            return []
         machine, states = found
         tok = self._tokenizer
         if getattr(machine, "counts_characters", False):
@@ -678,6 +684,7 @@ class CertifiedBudget:
                          dtype=np.int64)[inverse]  # fmt: skip
         done, matcher = self._completer, state._matcher
         ids, keys, found_by = np.zeros(self._n, dtype=np.uint8), np.full(self._n, -1), {}
+        followers = []
         for g in range(len(group_of)):
             members = whole[group == g]
             first = int(members[0])
@@ -686,10 +693,13 @@ class CertifiedBudget:
                 spend(work) and done.accepts(matcher, 0, (first, *witness))
             ):
                 rest = self._closed(state, first, room, work)
-            if rest is None:
-                continue  # (left to the rule's other tests, token by token)
+            if rest is None:  # (left to the rule's other tests, by its first member)
+                if len(members) > 1:
+                    followers.append((first, members[1:]))
+                continue
             keep[members], ids[members], keys[members], found_by[g] = 1, 1, g, rest
         self._room(state, room).classes = SharedHeirs(ids, found_by, keys)
+        return followers
 
     def _searched(
         self, state: PushdownState, y: int, room: int, work: Work | None = None
@@ -870,10 +880,17 @@ class CertifiedBudget:
                 if used is not witness:  # (the others: the completion it was asked with)
                     tails = self._tails(used, room)
         pool = cand.view(np.bool_).nonzero()[0]  # (a 0/1 byte array: as bool, ~6× faster)
-        if witness is not None and utf8 == 0 and inside is None and len(pool) >= _CLASSES_FROM:
-            # inside a string a pattern or its length bounds: one parse per reader state
-            self._string_classes(check, pool, witness)
+        followers: list[tuple[int, np.ndarray]] = []
+        if witness is not None and utf8 == 0 and len(pool) >= _CLASSES_FROM:
+            # inside a string a pattern or its length bounds: one parse per reader state; a
+            # group that parse does not certify is tested by its first member alone
+            followers = self._string_classes(check, pool, witness)
             pool = pool[keep[pool] == 0]
+            if followers:
+                following = np.zeros(self._n, dtype=bool)
+                for _, members in followers:
+                    following[members] = True
+                pool = pool[~following[pool]]
         # ^ what no test has certified yet: the candidates of what follows
         afters = self._utf8_next[utf8, pool]
         probed = np.zeros(self._n, dtype=bool)  # where the probe said whether y then the tail fits
@@ -977,7 +994,31 @@ class CertifiedBudget:
                 heirs.setdefault(y, found)
             elif group is not None:
                 failed.add(group)
+        if followers:
+            self._follow(check, entry, followers)
         return keep
+
+    def _follow(
+        self, check: _Check, entry: RoomCheck, followers: list[tuple[int, np.ndarray]]
+    ) -> None:
+        """Each string class that its first parse did not certify takes its first member's
+        answer (:meth:`_string_classes`: the same states of the reader, the same strings
+        finish them): kept with the completion found for it, else excluded."""
+        keep, heirs = check.keep, check.heirs
+        classes = entry.classes
+        ids = np.zeros(self._n, dtype=np.uint8) if classes is None else classes.ids.copy()
+        keys = np.full(self._n, -1) if classes is None else classes.keys.copy()
+        found_by = {} if classes is None else dict(classes.witnesses)
+        for first, members in followers:
+            found = heirs.get(first) if keep[first] else None
+            shared = entry.shared
+            if keep[first] and found is None and shared is not None and shared.ids[first]:
+                found = shared.witnesses.get(int(shared.keys[first]))
+            if found is None:
+                continue  # (excluded with it)
+            key = max(found_by, default=-1) + 1
+            keep[members], ids[members], keys[members], found_by[key] = 1, 1, key, found
+        entry.classes = SharedHeirs(ids, found_by, keys)
 
     def _ended_groups(self, state: PushdownState) -> Callable[[bytes, bytes], Any] | None:
         """Inside a string (a key or a value, at a character boundary) that the cursor's
