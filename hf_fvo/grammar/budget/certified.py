@@ -1009,6 +1009,7 @@ class CertifiedBudget:
         ids = np.zeros(self._n, dtype=np.uint8) if classes is None else classes.ids.copy()
         keys = np.full(self._n, -1) if classes is None else classes.keys.copy()
         found_by = {} if classes is None else dict(classes.witnesses)
+        key = max(found_by, default=-1)
         for first, members in followers:
             found = heirs.get(first) if keep[first] else None
             shared = entry.shared
@@ -1016,7 +1017,7 @@ class CertifiedBudget:
                 found = shared.witnesses.get(int(shared.keys[first]))
             if found is None:
                 continue  # (excluded with it)
-            key = max(found_by, default=-1) + 1
+            key += 1
             keep[members], ids[members], keys[members], found_by[key] = 1, 1, key, found
         entry.classes = SharedHeirs(ids, found_by, keys)
 
