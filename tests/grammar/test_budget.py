@@ -1467,6 +1467,50 @@ def test_a_pattern_with_lengths_or_alternatives_is_read_by_one_reader(smol_token
     assert added > 0  # (o50681's email: the reader keeps what the rule without it dropped)
 
 
+def _only_gains(tokenizer, monkeypatch, rows, steps, per_row, switch_off):
+    """Along each row's valid instance (compact, the schema's key order; its first ``steps``
+    tokens), at the first ``per_row`` states inside a string its reader reads, at rooms that
+    bind (the witness's length and one less): the budget rule's set on a fresh grammar holds
+    every token the same rule keeps with ``switch_off(monkeypatch)`` applied, and each token
+    it adds has a completion that parses within the room. The number of states compared."""
+    from hf_fvo.eval.instances import in_schema_order
+
+    def within(schema, path, room, off):
+        with monkeypatch.context() as m:
+            if off:
+                switch_off(m)
+            g = Grammar.from_json_schema(schema, tokenizer, whitespace="")
+            s = g.walk(path)
+            return g, s, g.budget_rule._within(s, room)
+
+    states = 0
+    for row in rows:
+        data = next(t["data"] for t in row["tests"] if t["valid"])
+        g = Grammar.from_json_schema(row["schema"], tokenizer, whitespace="")
+        text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
+                          ensure_ascii=False)  # fmt: skip
+        s, seen = g.initial_state, 0
+        for y in tokenizer.encode(text)[:steps]:
+            cursor = g.budget_rule._cursor(s)
+            if cursor is not None and cursor.string_reader() is not None and seen < per_row:
+                seen += 1
+                witness = g.completion(s)
+                for room in (1, 2) if witness is None else (len(witness) - 1, len(witness)):
+                    room, path = max(room, 1), list(s._path)
+                    on, at, read = within(row["schema"], path, room, False)
+                    _, _, plain = within(row["schema"], path, room, True)
+                    assert not (plain & (read ^ 1)).any(), (row["description"], len(path), room)
+                    for extra in np.flatnonzero(read & (plain ^ 1)).tolist():
+                        heir = on.budget_rule._inherited(at, extra)
+                        assert len(heir) <= room and on._completer.accepts(
+                            at._matcher, at._utf8, (extra, *heir))  # fmt: skip
+                    states += 1
+            s = g.next_state(s, y)
+            if s is None:
+                break
+    return states
+
+
 def test_tokens_that_end_a_string_alike_share_one_search(smol_tokenizer, monkeypatch):
     """Inside a string its reader reads (a free key, a pattern, a length), tokens that write
     content then close the string with the same bytes (``"``, ``."`` and ``)"`` in a free
@@ -1476,57 +1520,22 @@ def test_tokens_that_end_a_string_alike_share_one_search(smol_tokenizer, monkeyp
     keys and read strings (nobody here wrote them), at rooms that bind, the set holds every
     token the same rule without the groups keeps, each token it adds has a completion that
     parses within the room, and groups did save searches."""
-    from hf_fvo.eval.instances import in_schema_order
     from hf_fvo.grammar.budget import certified
 
-    searched = Counter()
-    original = certified.CertifiedBudget._searched
+    searched = Counter()  # (searches with the groups on, True, and off)
+    original, groups = certified.CertifiedBudget._searched, certified.CertifiedBudget._ended_groups
 
     def counted(self, *args, **kwargs):
-        searched[self] += 1
+        searched[certified.CertifiedBudget._ended_groups is groups] += 1
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(certified.CertifiedBudget, "_searched", counted)
-
-    def within(schema, path, room, groups):
-        with monkeypatch.context() as m:
-            if not groups:
-                m.setattr(certified.CertifiedBudget, "_ended_groups", lambda *args: None)
-            g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
-            s = g.walk(path)
-            return g, s, g.budget_rule._within(s, room), searched[g.budget_rule]
-
     rows = [json.loads(line) for line in OBJECT_KEYS.open()][:6]
     rows += [json.loads(line) for line in STRING_READERS.open()][:4]
-    states, saved, added = 0, 0, 0
-    for row in rows:
-        data = next(t["data"] for t in row["tests"] if t["valid"])
-        g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
-        text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
-                          ensure_ascii=False)  # fmt: skip
-        s, seen = g.initial_state, 0
-        for y in smol_tokenizer.encode(text)[:60]:
-            if g.budget_rule._ended_groups(s) is not None and seen < 3:
-                seen += 1
-                witness = g.completion(s)
-                for room in (0, 1, 2) if witness is None else (len(witness) - 1, len(witness)):
-                    if room < 0:
-                        continue
-                    path = list(s._path)
-                    grouped, gs, read, n_read = within(row["schema"], path, room, True)
-                    _, _, plain, n_plain = within(row["schema"], path, room, False)
-                    assert not (plain & (read ^ 1)).any(), (row["description"], len(path), room)
-                    for extra in np.flatnonzero(read & (plain ^ 1)).tolist():
-                        heir = grouped.budget_rule._inherited(gs, extra)
-                        assert len(heir) <= room and grouped._completer.accepts(
-                            gs._matcher, gs._utf8, (extra, *heir))  # fmt: skip
-                        added += 1
-                    saved += n_plain - n_read
-                    states += 1
-            s = g.next_state(s, y)
-            if s is None:
-                break
-    assert states >= 20 and saved > 100, (states, saved, added)
+    states = _only_gains(smol_tokenizer, monkeypatch, rows, 60, 3,
+                         lambda m: m.setattr(certified.CertifiedBudget, "_ended_groups",
+                                             lambda *args: None))  # fmt: skip
+    assert states >= 20 and searched[False] - searched[True] > 100, (states, searched)
 
 
 def test_a_string_s_ending_tokens_are_grouped_by_what_the_reader_read(smol_tokenizer):
@@ -1555,7 +1564,6 @@ def test_a_string_class_its_parse_does_not_certify_takes_its_first_member_s_answ
     MaskBench files with read strings and keys (nobody here wrote them), at rooms that bind:
     the set holds every token the same rule keeps when each member is tried alone, each
     token it adds has a completion that parses within the room, and followers were many."""
-    from hf_fvo.eval.instances import in_schema_order
     from hf_fvo.grammar.budget import certified
 
     original = certified.CertifiedBudget._string_classes
@@ -1563,43 +1571,13 @@ def test_a_string_class_its_parse_does_not_certify_takes_its_first_member_s_answ
 
     def counted(self, *args):
         out = original(self, *args)
-        follows[self] += sum(len(members) for _, members in out)
+        follows[0] += sum(len(members) for _, members in out)
         return out
 
-    def within(schema, path, room, follow):
-        with monkeypatch.context() as m:
-            m.setattr(certified.CertifiedBudget, "_string_classes",
-                      counted if follow else lambda *args: original(*args) and [])  # fmt: skip
-            g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="")
-            s = g.walk(path)
-            return g, s, g.budget_rule._within(s, room)
-
+    monkeypatch.setattr(certified.CertifiedBudget, "_string_classes", counted)
     rows = [json.loads(line) for line in STRING_READERS.open()]
     rows += [json.loads(line) for line in OBJECT_KEYS.open()][:6]
-    states, added = 0, 0
-    for row in rows:
-        data = next(t["data"] for t in row["tests"] if t["valid"])
-        g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
-        text = json.dumps(in_schema_order(data, row["schema"]), separators=(",", ":"),
-                          ensure_ascii=False)  # fmt: skip
-        s, seen = g.initial_state, 0
-        for y in smol_tokenizer.encode(text)[:120]:
-            cursor = g.budget_rule._cursor(s)
-            if cursor is not None and cursor.string_reader() is not None and seen < 4:
-                seen += 1
-                witness = g.completion(s)
-                for room in (1, 2) if witness is None else (len(witness) - 1, len(witness)):
-                    path = list(s._path)
-                    grouped, gs, read = within(row["schema"], path, max(room, 1), True)
-                    _, _, alone = within(row["schema"], path, max(room, 1), False)
-                    assert not (alone & (read ^ 1)).any(), (row["description"], len(path), room)
-                    for extra in np.flatnonzero(read & (alone ^ 1)).tolist():
-                        heir = grouped.budget_rule._inherited(gs, extra)
-                        assert len(heir) <= max(room, 1) and grouped._completer.accepts(
-                            gs._matcher, gs._utf8, (extra, *heir))  # fmt: skip
-                        added += 1
-                    states += 1
-            s = g.next_state(s, y)
-            if s is None:
-                break
-    assert states >= 30 and sum(follows.values()) > 10_000, (states, sum(follows.values()))
+    states = _only_gains(smol_tokenizer, monkeypatch, rows, 120, 4,
+                         lambda m: m.setattr(certified.CertifiedBudget, "_string_classes",
+                                             lambda *args: original(*args) and []))  # fmt: skip
+    assert states >= 30 and follows[0] > 10_000, (states, follows)

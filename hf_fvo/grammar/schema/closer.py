@@ -218,15 +218,12 @@ class _Strings:
             return None
         branches: list[tuple[Any, _Lengths]] = []
         for node in nodes:
-            node = {} if node is True else node
-            if not isinstance(node, dict) or set(node) & (_STRING_SHAPES - {"pattern"}):
+            bounds = _string_bounds(node, {"pattern"})
+            if bounds is None:
                 return None
-            kinds = node.get("type", "string")
-            if "string" not in ([kinds] if isinstance(kinds, str) else kinds):
+            if bounds is False:
                 continue  # (takes no string)
-            low, high = node.get("minLength", 0), node.get("maxLength")
-            if not isinstance(low, int) or not (high is None or isinstance(high, int)):
-                return None
+            low, high = bounds
             machine = None
             if "pattern" in node:
                 found = isinstance(node["pattern"], str) and pattern_states(node["pattern"], "")
@@ -273,6 +270,22 @@ class _Strings:
 
     def _machines(self) -> tuple[int, ...]:
         return tuple(id(m) for m, _ in self.branches if m is not None)
+
+
+def _string_bounds(node: Any, read: set[str] | None = None) -> tuple[int, int | None] | bool | None:
+    """A string alternative's ``minLength`` and ``maxLength`` (``None``: unbounded); ``False``
+    where it takes no string; ``None`` where it says more of a string (a keyword of
+    :data:`_STRING_SHAPES` beyond those ``read``) or a bound is not an integer."""
+    node = {} if node is True else node
+    if not isinstance(node, dict) or set(node) & (_STRING_SHAPES - (read or set())):
+        return None
+    kinds = node.get("type", "string")
+    if "string" not in ([kinds] if isinstance(kinds, str) else kinds):
+        return False
+    low, high = node.get("minLength", 0), node.get("maxLength")
+    if not isinstance(low, int) or not (high is None or isinstance(high, int)):
+        return None
+    return low, high
 
 
 def _member(node: Any, key: str | int) -> Any:
@@ -423,16 +436,12 @@ class JsonCursor:
         least, most = 0, -1  # (most: −1 while no schema bounds the length)
         bounded = True
         for node in nodes:
-            if node is True:
-                node = {}
-            if not isinstance(node, dict) or set(node) & _STRING_SHAPES:
+            bounds = _string_bounds(node)
+            if bounds is None:
                 return None
-            kinds = node.get("type", "string")
-            if "string" not in ([kinds] if isinstance(kinds, str) else kinds):
+            if bounds is False:
                 continue  # (takes no string)
-            low, high = node.get("minLength", 0), node.get("maxLength")
-            if not isinstance(low, int) or not (high is None or isinstance(high, int)):
-                return None
+            low, high = bounds
             least = max(least, low)
             if high is None:
                 bounded = False
