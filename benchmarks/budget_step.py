@@ -22,7 +22,14 @@ Each output's wall time is set beside the model's unconstrained ``generate`` of 
 tokens with as many rows (greedy; 4 beams; 8 sampled sequences), run right after it: "over 2×"
 counts outputs whose time exceeds twice that. Every output must be complete (0 cut) and valid.
 
-Usage: python benchmarks/budget_step.py [--every N] [--longest T] [--write]
+``--phases`` also times each phase of the budget rule (``CertifiedBudget``'s certificates,
+closings and searches, failed apart from found) within every processor call and prints, for
+the steps over 20 ms, what they spent by phase and by room (a diagnostic: it wraps private
+methods, called per candidate, so its steps are slower — read its shares, not its times,
+and never ``--write`` with it); ``--decoders`` and ``--margins`` choose the rows.
+
+Usage: python benchmarks/budget_step.py [--every N] [--longest T] [--decoders greedy,...]
+       [--margins 2,8,24,256] [--phases] [--write]
 """
 
 from __future__ import annotations
@@ -39,7 +46,6 @@ from harness import provenance, publish
 
 SECTION = "## Budget rule: the grammar step during generation, budgets that bind"
 REAL = Path(__file__).resolve().parents[2] / "shared" / "realworld"
-MARGINS = (2, 8, 24, None)  # None: a budget of 256
 
 
 class _Clock:
@@ -47,13 +53,18 @@ class _Clock:
 
     def __init__(self, model) -> None:
         self.steps: list[tuple[float, int]] = []  # (seconds, rows) per processor call
+        self.phase: dict[str, float] = {}  # (--phases) phase → seconds in this call
+        self.phases: list[tuple[float, int, dict[str, float]]] = []  # (seconds, room, phases)
         self.gaps: list[tuple[float, int]] = []  # (seconds, rows) between two forwards
         self._end: float | None = None
+        self.budget: int | None = None  # (--phases: the output's budget and prompt length)
+        self.prompt = 0
         model.register_forward_pre_hook(self._start, with_kwargs=True)
         model.register_forward_hook(self._stop)
 
     def reset(self) -> None:
-        self.steps, self.gaps, self._end = [], [], None
+        self.steps, self.gaps, self._end, self.phases = [], [], None, []
+        self.phase = {}
 
     def _start(self, module, args, kwargs) -> None:
         if self._end is not None:
@@ -65,15 +76,44 @@ class _Clock:
         self._end = time.perf_counter()
 
 
+_PHASES = ("_matched", "_string_classes", "_probe", "_inside_string", "_spliced",
+           "_closing_prefixes", "_continued", "_witness_at", "_searched", "_closed")  # fmt: skip
+
+
+def _timed_phases(clock: _Clock) -> None:
+    """Per processor call, the seconds each phase of the budget rule took (``_searched`` and
+    ``_closed`` split by whether they found a completion), into ``clock.phase``."""
+    from hf_fvo.grammar.budget.certified import CertifiedBudget
+
+    for name in _PHASES:
+        method = getattr(CertifiedBudget, name)
+
+        def timed(self, *args, _method=method, _name=name, **kwargs):
+            t0 = time.perf_counter()
+            out = _method(self, *args, **kwargs)
+            key = _name
+            if _name in ("_searched", "_closed"):
+                key += " found" if out is not None else " failed"
+            clock.phase[key] = clock.phase.get(key, 0.0) + time.perf_counter() - t0
+            return out
+
+        setattr(CertifiedBudget, name, timed)
+
+
 def _timed_processor(clock: _Clock) -> None:
     from hf_fvo.generation import processors
 
     call = processors.FVOLogitsProcessor.__call__
 
     def timed(self, input_ids, scores):
+        clock.phase = {}
         t0 = time.perf_counter()
         out = call(self, input_ids, scores)
-        clock.steps.append((time.perf_counter() - t0, input_ids.shape[0]))
+        seconds = time.perf_counter() - t0
+        clock.steps.append((seconds, input_ids.shape[0]))
+        if clock.budget is not None:  # (--phases: the room after this step's token)
+            room = clock.budget - (input_ids.shape[1] - clock.prompt) - 2
+            clock.phases.append((seconds, room, clock.phase))
         return out
 
     processors.FVOLogitsProcessor.__call__ = timed
@@ -88,12 +128,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--every", type=int, default=40, help="every N-th row of each file")
     ap.add_argument("--longest", type=int, default=120, help="shortest members up to T tokens")
+    ap.add_argument("--decoders", default="greedy,sampled,4 beams,8 particles")
+    ap.add_argument("--margins", default="2,8,24,256", help="tokens beyond the shortest; 256")
+    ap.add_argument("--phases", action="store_true", help="time the rule's phases (diagnostic)")
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
+    decoders = set(args.decoders.split(","))
+    margins = [None if m == "256" else int(m) for m in args.margins.split(",")]
     torch.set_num_threads(1)
     tok, model = load_default_tokenizer(), load_default_model()
     clock = _Clock(model)
     _timed_processor(clock)
+    if args.phases:
+        _timed_phases(clock)
     from realworld_generation import outcome, prompt_ids
 
     eos = {tok.eos_token_id}
@@ -103,6 +150,7 @@ def main() -> None:
     outputs: dict[str, list] = defaultdict(list)  # decoder → (seconds, unconstrained seconds)
     status: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     schemas = 0
+    clock_phases: list[tuple[float, int, dict[str, float]]] = []  # (--phases) every call
     for name in ("jsonschemabench-dev", "maskbench-dev"):
         rows = [json.loads(line) for line in (REAL / f"{name}.jsonl").open()][:: args.every]
         for row in rows:
@@ -117,7 +165,7 @@ def main() -> None:
                 continue
             schemas += 1
             ids = prompt_ids(tok, row["schema"])
-            for margin in MARGINS:
+            for margin in margins:
                 budget = 256 if margin is None else shortest + 1 + margin
                 label = "256" if margin is None else f"+{margin}"
                 plain = {"grammar_draft": False}  # (the processor is then the whole step)
@@ -127,9 +175,13 @@ def main() -> None:
                     runs += [("4 beams", {"do_sample": False, "num_beams": 4, **plain}),
                              ("8 particles", {"do_sample": True, "particles": 8})]  # fmt: skip
                 for decoder, kwargs in runs:
+                    if decoder not in decoders:
+                        continue
                     key = f"{decoder} {label}"
                     torch.manual_seed(0)
                     clock.reset()
+                    if args.phases:
+                        clock.budget, clock.prompt = budget, ids.shape[1]
                     t0 = time.perf_counter()
                     try:
                         out = hf_fvo.generate(model, ids, grammar=g, max_new_tokens=budget,
@@ -142,6 +194,7 @@ def main() -> None:
                     _, state, valid, _ = outcome(tok, row["schema"], new, eos, None)
                     status[key][state] += 1
                     status[key]["valid"] += bool(valid)
+                    clock_phases += clock.phases
                     steps = [s / r for s, r in clock.steps]
                     gaps = [s / r for s, r in clock.gaps]
                     firsts[key] += (steps or gaps)[:1]  # the start's sets
@@ -179,6 +232,21 @@ def main() -> None:
             f"{np.percentile(step, 99):.1f} | {step.max():.0f} | {np.percentile(gap, 99):.1f} | "
             f"{gap.max():.0f} | {np.median(ratio):.2f} | {ratio.max():.2f} | "
             f"{int((ratio > 2).sum())} |" + (f" ({s['refused']} refused)" if s["refused"] else "")
+        )
+    if args.phases:
+        slow = [(sec, room, phase) for sec, room, phase in clock_phases if sec > 0.02]
+        spent: dict[str, float] = defaultdict(float)
+        by_room: dict[str, list[float]] = defaultdict(list)
+        for sec, room, phase in slow:
+            for name, t in phase.items():
+                spent[name] += t
+            by_room[str(room) if room < 5 else "5+"].append(sec)
+        print(f"phases: {len(clock_phases)} processor calls, {len(slow)} over 20 ms "
+              f"({sum(s for s, _, _ in slow):.2f} s); in those, seconds by phase:")  # fmt: skip
+        for name, t in sorted(spent.items(), key=lambda kv: -kv[1]):
+            print(f"  {t:8.3f}  {name}")
+        print(
+            "  by room:", {room: (len(v), round(sum(v), 2)) for room, v in sorted(by_room.items())}
         )
     publish(lines, args.write)
 
