@@ -967,7 +967,7 @@ class CertifiedBudget:
         # the search from the first such token found, which the others try with one parse
         ends: dict[bytes, tuple[int, ...]] = {}
         spelled = self._vocab.token_bytes
-        ended = self._ended_groups(state)
+        ended = self._ended_groups(state) if len(uncertified) else None
         failed: set[Any] = set()  # the groups whose first member found no completion
         for y in uncertified.tolist():  # in that order, until the work is spent
             if step is not None and step.done:

@@ -35,6 +35,7 @@ from hf_fvo.grammar.schema.instance import _GiveUp, _Members, _merge, shortest_p
 
 __all__ = ["JsonCursor"]
 
+_UNREAD = object()  # (a cursor's string reader not asked yet)
 _ALTERNATIVES = 8  # schema alternatives kept per place (anyOf/oneOf branches)
 _CLOSINGS = 4  # closings written per prefix (the innermost choice varied)
 _RESTS = 4096  # containers' rests kept per schema, by frame
@@ -349,12 +350,13 @@ class JsonCursor:
         '""]}'
     """
 
-    __slots__ = ("_lexeme", "_pending", "_schema", "_stack")
+    __slots__ = ("_lexeme", "_pending", "_read", "_schema", "_stack")
 
     def __init__(
         self, schema: _Schema, stack: tuple[_Frame, ...], lexeme: _Lexeme | None, pending: bytes
     ) -> None:
         self._schema, self._stack, self._lexeme, self._pending = schema, stack, lexeme, pending
+        self._read: Any = _UNREAD  # (string_reader(), once: a pure function of the cursor)
 
     @property
     def open_containers(self) -> int:
@@ -416,6 +418,11 @@ class JsonCursor:
             >>> anything.run(states, "-a") == anything.run(states, "a") != frozenset()
             True
         """
+        if self._read is _UNREAD:
+            self._read = self._string_reader()
+        return self._read
+
+    def _string_reader(self) -> tuple[Any, frozenset[int]] | None:
         lexeme = self._lexeme
         if (lexeme is not None and lexeme.kind == "s" and lexeme.key and not lexeme.escape
                 and not self._pending):  # fmt: skip
