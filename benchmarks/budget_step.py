@@ -26,10 +26,12 @@ counts outputs whose time exceeds twice that. Every output must be complete (0 c
 closings and searches, failed apart from found) within every processor call and prints, for
 the steps over 20 ms, what they spent by phase and by room (a diagnostic: it wraps private
 methods, called per candidate, so its steps are slower — read its shares, not its times,
-and never ``--write`` with it); ``--decoders`` and ``--margins`` choose the rows.
+and never ``--write`` with it); ``--decoders`` and ``--margins`` choose the rows;
+``--open-values`` takes the schemas whose objects take any value (``additionalProperties: {}``:
+a key the schema does not list, then any JSON value) in place of every N-th row.
 
 Usage: python benchmarks/budget_step.py [--every N] [--longest T] [--decoders greedy,...]
-       [--margins 2,8,24,256] [--phases] [--write]
+       [--margins 2,8,24,256] [--phases] [--open-values] [--write]
 """
 
 from __future__ import annotations
@@ -119,6 +121,12 @@ def _timed_processor(clock: _Clock) -> None:
     processors.FVOLogitsProcessor.__call__ = timed
 
 
+def _open_values(schema) -> bool:
+    """Whether some object of ``schema`` takes any value for a key it does not list."""
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    return '"additionalProperties": {}' in text or '"additionalProperties":{}' in text
+
+
 def main() -> None:
     import hf_fvo
     from hf_fvo import Grammar
@@ -131,6 +139,12 @@ def main() -> None:
     ap.add_argument("--decoders", default="greedy,sampled,4 beams,8 particles")
     ap.add_argument("--margins", default="2,8,24,256", help="tokens beyond the shortest; 256")
     ap.add_argument("--phases", action="store_true", help="time the rule's phases (diagnostic)")
+    ap.add_argument(
+        "--open-values",
+        action="store_true",
+        help="instead of every N-th row: "
+        "the rows whose objects take any value (additionalProperties: {})",
+    )
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     decoders = set(args.decoders.split(","))
@@ -152,7 +166,12 @@ def main() -> None:
     schemas = 0
     clock_phases: list[tuple[float, int, dict[str, float]]] = []  # (--phases) every call
     for name in ("jsonschemabench-dev", "maskbench-dev"):
-        rows = [json.loads(line) for line in (REAL / f"{name}.jsonl").open()][:: args.every]
+        rows = [json.loads(line) for line in (REAL / f"{name}.jsonl").open()]
+        rows = (
+            [r for r in rows if _open_values(r["schema"])]
+            if args.open_values
+            else rows[:: args.every]
+        )
         for row in rows:
             try:
                 g = Grammar.from_json_schema(row["schema"], tok, whitespace="",
@@ -210,7 +229,10 @@ def main() -> None:
                     outputs[key].append((seconds, time.perf_counter() - t0))
             print(f"{schemas} schemas", flush=True)
     lines = [SECTION, "", provenance("llguidance", "transformers"), "",
-             f"{schemas} schemas (every {args.every}th row of each development file that "
+             f"{schemas} schemas ("
+             + ("the rows whose objects take any value, `additionalProperties: {}`, "
+                if args.open_values else f"every {args.every}th row ")
+             + "of each development file that "
              f"compiles, shortest member ≤ {args.longest} tokens); SmolLM2-135M-Instruct, "
              "float32, one thread. Per row-step: a processor call (or the time between two "
              "forwards) ÷ its rows; the first step of each output (the start's sets, the "

@@ -246,7 +246,8 @@ class GrammarCompiler:
         finite = whitespace in (None, "") and schema_logic.has_finite_language(body)
         # completions never need whitespace where every prefix of a match is a match ("[ ]?",
         # "pretty") or there is none
-        closing = closing_bound(body) if whitespace in (None, "", "pretty") else None
+        reach = whitespace in (None, "", "pretty")  # (and each state's own, past a token)
+        closing = closing_bound(body) if reach else None
         whitespace = WHITESPACE_NAMES.get(whitespace, whitespace)
         shortest = shortest_bound(body)
         source = f"json_schema {shorten(prepared.text)} whitespace={ws}{mode}"
@@ -283,14 +284,15 @@ class GrammarCompiler:
                 return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
                                       finite, closing, check, prepared.checked,
                                       int(shortest), member, lower, texts,
-                                      closer, marked_content, ordered)  # fmt: skip
+                                      closer, marked_content, ordered, reach)  # fmt: skip
             except GrammarError:
                 pass  # llguidance refused a part of it (an unsatisfiable leaf, say)
         # llguidance's JSON mode, which drops what admits nothing, decides (or names why)
         notes.append(f"written as llguidance's JSON mode writes it ({_CANONICAL})")
         return self._pushdown("json_schema", json_definition(body, whitespace), source, notes,
                               finite, closing, check, prepared.checked, int(shortest),
-                              member, lower, texts, closer, marked_content, ordered)  # fmt: skip
+                              member, lower, texts, closer, marked_content, ordered,
+                              reach)  # fmt: skip
 
     def regex(
         self,
@@ -432,13 +434,14 @@ class GrammarCompiler:
         closer: Callable[[], JsonCursor] | None = None,
         raw: Callable[[str, str, str], str | None] | None = None,
         checked_lower: bool = False,
+        reach: bool = False,
     ) -> PushdownGrammar:
 
         def build() -> PushdownGrammar:
             if self._pushdown_tokenizer is None:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
             budget = CertifiedBudget(closing, shortest, member, lower, texts, closer, raw,
-                                     checked_lower)  # fmt: skip
+                                     checked_lower, reach)  # fmt: skip
             grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
                                       source, notes, finite, budget=budget)  # fmt: skip
             if check is not None:

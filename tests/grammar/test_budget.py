@@ -189,6 +189,97 @@ def test_closing_bound_is_never_below_an_exact_distance():
     assert checked >= 15  # 17 of the development set have a bound and compile here
 
 
+def test_a_state_s_own_bound_is_never_below_an_exact_distance_a_token_on():
+    """:meth:`JsonCursor.reach` bounds, in bytes, what completes the text after one more
+    token that opens at most so many objects and arrays. Along seeded random walks of the exact
+    automaton over a byte vocabulary (distances in bytes, exactly) on the development slices'
+    schemas it compiles and on keys and values with escapes and non-ASCII: at every state the
+    cursor bounds, no byte the automaton admits leads farther than ``reach(1)``, and after
+    ``{`` or ``[`` no byte leads farther than the state's ``reach(2)``."""
+    from hf_fvo.grammar.schema.closer import JsonCursor
+
+    rows = [row["schema"] for row in _dev_schemas(40)] + [AWKWARD]
+    rows += [json.loads(line)["schema"] for line in MASKBENCH.open()]
+    states = openers = schemas = 0
+    for schema in rows:
+        try:
+            fa = Grammar.from_json_schema(schema, BYTES, whitespace="", backend="automaton",
+                                          max_states=3000)  # fmt: skip
+        except GrammarError:
+            continue
+        start = JsonCursor.start(prepare_json_schema(schema, strict=True).schema)
+        schemas += 1
+        rng = random.Random(schemas)
+        state, text = fa.initial_state, b""
+        for _ in range(150):
+            cursor = start.feed(text)
+            choices = [t for t in fa.allowed(state).nonzero().flatten().tolist() if t != 256]
+            bound = None if cursor is None else cursor.reach(1)
+            if bound is not None:
+                states += 1
+                for t in choices:
+                    far = fa.min_tokens_to_accept(fa.next_state(state, t))
+                    assert far <= bound, (text, bytes([t]), far, bound)
+                for t in set(choices) & set(b"{["):
+                    after = fa.next_state(state, t)
+                    two = cursor.reach(2)
+                    for u in fa.allowed(after).nonzero().flatten().tolist():
+                        if u != 256:
+                            far = fa.min_tokens_to_accept(fa.next_state(after, u))
+                            assert far <= two, (text, bytes([t, u]), far, two)
+                    openers += 1
+            if not choices or (fa.is_accepting(state) and rng.random() < 0.05):
+                break
+            t = rng.choice(choices)
+            state, text = fa.next_state(state, t), text + bytes([t])
+    # (39 schemas compile here; about 4,000 bounded states, about 150 after a bracket)
+    assert schemas >= 30 and states >= 2_000 and openers >= 50, (schemas, states, openers)
+
+
+def test_a_state_s_own_bound_counts_the_containers_around_it():
+    """Arrays nested twelve deep, each of which may be empty (too many states for the exact
+    automaton): after ``k`` brackets and a digit, the byte ``,`` leaves ``k`` arrays open and
+    an item owed, so every completion writes a digit and ``k`` brackets; ``reach(1)`` is never
+    below that (the containers around the innermost close after it, each its own rest)."""
+    from hf_fvo.grammar.schema.closer import JsonCursor
+
+    nested: dict = {"type": "integer"}
+    for _ in range(12):
+        nested = {"type": "array", "items": nested}
+    for k in range(1, 13):
+        cursor = JsonCursor.start(nested).feed(b"[" * k + b"1")
+        assert cursor.reach(1) >= k + 1, (k, cursor.reach(1))
+
+
+def test_a_state_s_own_bound_finishes_a_key_to_its_pattern_s_match():
+    """Under ``patternProperties`` alone (no other key allowed), a key begun must be finished
+    to a match of the pattern: after ``{"x1`` every completion writes 29 more digits, then
+    ``":0}``. ``reach(1)`` at ``{"x`` is never below that; with two patterns (a key under both
+    schemas at once) no bound is claimed."""
+    from hf_fvo.grammar.schema.closer import JsonCursor
+
+    keyed = {"type": "object", "patternProperties": {"^x[0-9]{30}$": {"type": "integer"}},
+             "additionalProperties": False}  # fmt: skip
+    assert JsonCursor.start(keyed).feed(b'{"x').reach(1) >= 29 + len('":0}')
+    two = {**keyed, "patternProperties": {"^x": {"type": "integer"}, "1$": {"minimum": 5}}}
+    assert JsonCursor.start(two).feed(b'{"x').reach(1) is None
+    assert closing_bound(two) is None
+
+
+def test_a_state_s_own_bound_counts_the_levels_a_token_opens_in_a_free_value():
+    """Where the schema leaves a value free (any JSON, which nests without limit), a token
+    holding ``depth`` brackets then ``"\\`` leaves every container open so far and those open,
+    inside a string, inside an escape: every completion writes the escape's character, the
+    quote and one bracket per container. ``reach(depth)`` is never below that."""
+    from hf_fvo.grammar.schema.closer import JsonCursor
+
+    for text in (b"", b"[", b'{"a":', b'{"a":[{"b":[', b'[1,{"c":{"d":[[', b'{"k":"x'):
+        cursor = JsonCursor.start({}).feed(text)
+        for depth in range(12):
+            need = cursor.open_containers + depth + 2
+            assert cursor.reach(depth) >= need, (text, depth, cursor.reach(depth), need)
+
+
 PATTERNS = [
     r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}.\d{3}",  # unanchored: found anywhere
     r"^[A-Z]{2}[0-9]{3,}$",
@@ -221,12 +312,71 @@ def test_a_pattern_bound_is_never_below_an_exact_distance(pattern):
     assert fa.min_tokens_to_accept(fa.initial_state) <= shortest
 
 
+@pytest.mark.parametrize("least, most", [(0, 3), (2, None), (3, 8), (5, 5), (20, None), (24, 30)])
+def test_a_pattern_beside_lengths_is_bounded_above_every_exact_distance(least, most):
+    """A string's ``pattern`` beside ``minLength``/``maxLength``: a maxLength never lengthens
+    the shortest completion of a prefix that can still finish, a minLength asks at most that
+    many characters more. The exact automaton over a byte vocabulary (distances in bytes) of
+    each such string schema has no state farther from acceptance than
+    :func:`closing_bound`."""
+    checked = 0
+    for pattern in [*PATTERNS, "^a*$", "^(x{6})*y?$"]:
+        schema = {"type": "string", "pattern": pattern, "minLength": least}
+        if most is not None:
+            schema["maxLength"] = most
+        far = _string_farthest(pattern, least, most)
+        if far is None:
+            continue  # (no member of that length)
+        assert far <= closing_bound(schema), (pattern, far, closing_bound(schema))
+        checked += 1
+    assert checked >= 5, checked
+
+
+def _string_farthest(pattern: str, least: int, most: int | None) -> int | None:
+    """The most bytes any prefix of a string's content (printable ASCII but the quote and
+    the backslash: a byte a character) needs to become a match of ``pattern`` with ``least``
+    to ``most`` characters, and its closing quote: exact, over the product of the pattern's
+    automaton and the count (kept up to ``most``, or up to ``least`` where none)."""
+    anchored = (pattern.startswith("^"), pattern.endswith("$"))
+    core = pattern[anchored[0] : len(pattern) - anchored[1]]
+    text = ("" if anchored[0] else "[ -~]*") + f"(?:{core})" + ("" if anchored[1] else "[ -~]*")
+    fa = Grammar.from_regex(text, BYTES, backend="automaton")
+    alphabet = [b for b in range(0x20, 0x7F) if b not in b'"\\']
+    cap = least if most is None else most
+    start = (fa.initial_state, 0)
+    seen, todo, edges = {start}, [start], {}
+    while todo:
+        state, count = todo.pop()
+        edges[state, count] = []
+        if count + 1 > cap and most is not None:
+            continue
+        for b in alphabet:
+            after = fa.next_state(state, b)
+            if after is None or after < 0:
+                continue
+            child = (after, min(count + 1, cap))
+            edges[state, count].append(child)
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+    done = {n for n in seen if fa.is_accepting(n[0]) and n[1] >= least}
+    distance = dict.fromkeys(done, 0)
+    for step in range(1, len(seen) + 1):  # (backwards, a layer a step)
+        layer = [n for n in seen if n not in distance
+                 and any(c in distance and distance[c] == step - 1 for c in edges[n])]  # fmt: skip
+        if not layer:
+            break
+        distance.update(dict.fromkeys(layer, step))
+    if start not in distance:
+        return None
+    return max(distance.values()) + 1
+
+
 def test_closing_bound_refuses_what_it_cannot_bound():
     assert closing_bound({"type": "string", "format": "date"}) is None
     assert closing_bound({"type": "string", "pattern": r"^a+\b"}) is None  # a word boundary
     assert closing_bound({"type": "string", "pattern": "(?=a)b"}) is None  # look-around
     assert closing_bound({"type": "string", "pattern": "a^b"}) is None  # an inner anchor
-    assert closing_bound({"type": "string", "pattern": "a+", "maxLength": 3}) is None
     assert closing_bound({}) is None  # any value nests without limit
     assert closing_bound({"$ref": "#"}) is None
     assert closing_bound({"type": "array", "items": {"type": "integer"}}) == 8  # "[" "-0" "]"…
@@ -1581,3 +1731,46 @@ def test_a_string_class_its_parse_does_not_certify_takes_its_first_member_s_answ
                          lambda m: m.setattr(certified.CertifiedBudget, "_string_classes",
                                              lambda *args: original(*args) and []))  # fmt: skip
     assert states >= 30 and follows[0] > 10_000, (states, follows)
+
+
+def test_where_a_state_s_own_bound_fits_the_room_the_rule_would_keep_the_whole_mask(
+    smol_tokenizer,
+):
+    """A budget whose room is at least the state's own bound (:meth:`JsonCursor.reach`, past
+    one token of this vocabulary) keeps the parser's mask without a check. Along MaskBench
+    instances (compact, nobody here wrote them) at every state the cursor bounds, the rule
+    itself, run at exactly that room, keeps every token the parser admits (the bound admits
+    nothing the rule would not certify), and the budgeted set there is the parser's mask."""
+    from hf_fvo.eval.instances import in_schema_order
+
+    bounded = 0
+    for row in [json.loads(line) for line in MASKBENCH.open()]:
+        valid = [test["data"] for test in row["tests"] if test["valid"]]
+        if not valid:
+            continue
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
+        except GrammarError:
+            continue
+        rule = g.budget_rule
+        text = json.dumps(in_schema_order(valid[0], row["schema"]), ensure_ascii=False,
+                          separators=(",", ":"))  # fmt: skip
+        state = g.initial_state
+        for y in smol_tokenizer.encode(text)[:80]:
+            cursor = rule._cursor(state)
+            bound = None if cursor is None else cursor.reach(rule._depth)
+            if bound is not None:
+                bounded += 1
+                admitted = rule._bits(state)
+                kept = rule._within(state, bound)
+                lost = np.flatnonzero(admitted & (kept ^ 1)).tolist()
+                assert not lost, (
+                    row["description"],
+                    bound,
+                    smol_tokenizer.convert_ids_to_tokens(lost[:8]),
+                )
+                assert torch.equal(g.admissible(state, bound + 2), g.allowed(state))
+            state = g.next_state(state, y)
+            if state is None:
+                break
+    assert bounded >= 1_000, bounded  # (1,244 states here)

@@ -110,7 +110,10 @@ class CertifiedBudget:
     tokens before a search is tried (each verified by a parse); ``raw(pattern, free, mark)``
     gives the content of a marked lexeme for a pattern's strings
     (:func:`~hf_fvo.grammar.schema.patterns.marked_content`), which the string certificate
-    marks (:func:`~hf_fvo.grammar.pushdown.engine.marked_definition`).
+    marks (:func:`~hf_fvo.grammar.pushdown.engine.marked_definition`); ``reach``: the closer's
+    cursor also bounds what completes each state after one more token
+    (:meth:`~hf_fvo.grammar.schema.closer.JsonCursor.reach`: compact JSON, or a layout no
+    completion needs), so that a far budget keeps the parser's mask there without a check.
 
     Example:
         >>> from hf_fvo import Grammar
@@ -137,6 +140,7 @@ class CertifiedBudget:
         closer: Callable[[], Any] | None = None,
         raw: Callable[[str, str, str], str | None] | None = None,
         checked_lower: bool = False,
+        reach: bool = False,
     ) -> None:
         # checked_lower: ``lower`` also counts what the final check decides (key_order="any":
         # the required keys), so it may exceed the masks' shortest text, which the check fails
@@ -145,6 +149,8 @@ class CertifiedBudget:
         self._closer = closer
         self._raw = raw
         self._closing = closing
+        self._reach = reach and closer is not None
+        self._depth: int | None = None  # (the most objects and arrays one token opens)
         self._shortest = int(shortest)
         self._member = member
         self._texts, self._pieces = texts, None
@@ -197,6 +203,8 @@ class CertifiedBudget:
         self._memos[self._terminal] = BudgetMemo()
         # tokens every member needs, at least: its bytes over the longest token's
         self._start_tokens = -(-self._shortest // max(self._completer.longest, 1))
+        if self._reach:
+            self._depth = int(tokenizer.openers[: self._n].max(initial=0))
         if self._shortest > (_MAX_DEPTH if self._member is None else _MEMBER_BYTES):
             start.witness = None  # neither the search nor a built member goes there
 
@@ -345,8 +353,8 @@ class CertifiedBudget:
         if state is self._initial and self._start_tokens + 1 > remaining:
             return None  # no member is that short
         room = remaining - 2  # after y: its completion, then EOS
-        if self._closing is not None and room >= self._closing:
-            return None  # every prefix completes within `closing` single-byte tokens
+        if self._far(state, room):
+            return None  # every next state completes within so many single-byte tokens
         entry = self._room(state, room)
         if entry.keep is None:  # a caller may ask twice (a twist), requests share the start
             entry.keep = self._within(state, room)
@@ -365,7 +373,7 @@ class CertifiedBudget:
         if remaining is None or remaining <= 1 or state is self._terminal:
             return None
         room = remaining - 2
-        if self._closing is not None and room >= self._closing:
+        if self._far(state, room):
             return None  # admissible() is the parser's mask: nothing to save
         witness = self._witness_at(state, room)  # (the one _within uses)
         if witness is None or room < len(witness) + _LAZY_ROOM:
@@ -1468,7 +1476,21 @@ class CertifiedBudget:
             return True
         if remaining <= 1 or (state is self._initial and self._start_tokens + 1 > remaining):
             return False
-        return self._closing is not None and remaining - 2 >= self._closing
+        return self._far(state, remaining - 2)
+
+    def _far(self, state: PushdownState, room: int) -> bool:
+        """Whether every token the parser admits at ``state`` leads to a state that completes
+        within ``room`` single-byte tokens, shown without a check: the schema's closing bound
+        (every prefix of a member), or where ``reach`` was asked, the state's own (its
+        :class:`~hf_fvo.grammar.schema.closer.JsonCursor`'s
+        :meth:`~hf_fvo.grammar.schema.closer.JsonCursor.reach` past one token)."""
+        if self._closing is not None and room >= self._closing:
+            return True
+        if self._depth is None or room < 0:
+            return False
+        cursor = self._cursor(state)
+        bound = None if cursor is None else cursor.reach(self._depth)
+        return bound is not None and room >= bound
 
     def __getstate__(self) -> dict[str, Any]:
         if self._lower is not None and self._lower_value is not None and not self._lower_whole:
@@ -1482,12 +1504,13 @@ class CertifiedBudget:
             "texts": self._written() if self._grammar is not None else (),
             "closer": self._closer,
             "raw": self._raw,
+            "reach": self._reach,
             "lower": self._lower_value,  # the bound if computed (not the compiler behind it)
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["closing"], state["shortest"], state["member"], None, None,
-                      state["closer"], state["raw"])  # fmt: skip
+                      state["closer"], state["raw"], reach=state["reach"])  # fmt: skip
         self._pieces = tuple(state["texts"])
         self._lower_value, self._lower_whole = state["lower"], True
 

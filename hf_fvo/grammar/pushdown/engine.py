@@ -161,6 +161,14 @@ class PushdownTokenizer:
         return np.minimum(np.array(counts, dtype=np.int64), 255).astype(np.uint8)
 
     @functools.cached_property
+    def openers(self) -> np.ndarray:
+        """Per token id, how many opening brackets (``{`` and ``[``) its bytes hold (at most
+        255): no token opens more objects and arrays than that."""
+        spelled = self.vocab.token_bytes
+        counts = [(b or b"").count(b"{") + (b or b"").count(b"[") for b in spelled]
+        return np.minimum(np.array(counts, dtype=np.int64), 255).astype(np.uint8)
+
+    @functools.cached_property
     def surrogate_escaped(self) -> np.ndarray:
         """Per token id (0/1 bytes): whether its bytes may escape a UTF-16 surrogate
         (``\\ud…``, either case: one character to hf_fvo's count of a pair, perhaps two to an

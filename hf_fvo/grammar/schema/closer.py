@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, NamedTuple
 
+from hf_fvo.grammar.schema.closing import FrameBounds
 from hf_fvo.grammar.schema.continuation import continuation, pattern_states
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target
 from hf_fvo.grammar.schema.instance import _GiveUp, _Members, _merge, shortest_pattern_text
@@ -82,6 +83,14 @@ class _Schema:
         # a container's rests by its frame (kind, alternatives' ids, keys, count, expected):
         # every closing of every prefix with that frame writes the same
         self.rests: dict[tuple[Any, ...], tuple[tuple[Any, ...], list[str]]] = {}
+        self._bounds: FrameBounds | None = None
+
+    @property
+    def bounds(self) -> FrameBounds:
+        """The schema's closing bounds per place (built when first asked)."""
+        if self._bounds is None:
+            self._bounds = FrameBounds(self.root)
+        return self._bounds
 
     def alternatives(self, node: Any) -> tuple[Any, ...]:
         """The schemas ``node`` may stand for here: ``$ref`` followed, ``allOf`` merged, each
@@ -350,13 +359,14 @@ class JsonCursor:
         '""]}'
     """
 
-    __slots__ = ("_lexeme", "_pending", "_read", "_schema", "_stack")
+    __slots__ = ("_lexeme", "_pending", "_reach", "_read", "_schema", "_stack")
 
     def __init__(
         self, schema: _Schema, stack: tuple[_Frame, ...], lexeme: _Lexeme | None, pending: bytes
     ) -> None:
         self._schema, self._stack, self._lexeme, self._pending = schema, stack, lexeme, pending
         self._read: Any = _UNREAD  # (string_reader(), once: a pure function of the cursor)
+        self._reach: tuple[int, int | None] | None = None  # (reach(depth): depth, bound)
 
     @property
     def open_containers(self) -> int:
@@ -369,6 +379,52 @@ class JsonCursor:
             3
         """
         return sum(frame.kind != "r" for frame in self._stack)
+
+    def reach(self, depth: int) -> int | None:
+        """Bytes that complete the text, at most, after any one more piece of it that opens
+        at most ``depth`` objects and arrays (one token: its ``{`` and ``[``); ``None`` where
+        not shown. From the schema's bounds (:class:`~hf_fvo.grammar.schema.closing.FrameBounds`,
+        compact JSON: a completion needs no whitespace): the piece ends inside a container open
+        now (those inside it closed), where it finishes what it began, then closes that
+        container and each one around it (their members still required, each the shortest
+        value's bound), or it closes every one. A budget whose room is at least this keeps
+        every token the grammar admits without a check.
+
+        Example:
+            >>> from hf_fvo.grammar.schema.closer import JsonCursor
+            >>> schema = {"type": "array", "items": {"type": "integer"}, "maxItems": 9}
+            >>> cursor = JsonCursor.start(schema).feed(b"[1,2")
+            >>> cursor.reach(2)
+            8
+            >>> JsonCursor.start({"type": "array"}).feed(b"[[").reach(2) > cursor.reach(2)
+            True
+        """
+        if self._reach is None or self._reach[0] != depth:
+            self._reach = (depth, self._reached(depth))
+        return self._reach[1]
+
+    def _reached(self, depth: int) -> int | None:
+        bounds, stack = self._schema.bounds, self._stack
+        if any(not f.nodes or len(f.nodes) >= _ALTERNATIVES for f in stack):
+            return None  # (perhaps not all of them)
+        if len(stack) == 1:  # (the top level: its value not begun, a scalar, or ended)
+            if stack[0].expect == "done":
+                return 0
+            found = [bounds.value(node, depth) for node in stack[0].nodes]
+            return None if None in found else max(found)  # type: ignore[type-var]
+        best = around = 0  # (around: what closes the containers around this one)
+        for i, frame in enumerate(stack[1:], 2):
+            keys, count = frame.keys, frame.count
+            if i < len(stack):  # (to end here, the piece closes the member being written)
+                keys = (*keys, frame.key) if frame.key is not None else keys
+                count += frame.kind == "a"
+            inside = [bounds.inside(n, frame.kind, keys, count, depth) for n in frame.nodes]
+            rests = [bounds.rest(n, frame.kind, keys, count) for n in frame.nodes]
+            if None in inside or None in rests:
+                return None
+            best = max(best, around + max(inside))  # type: ignore[type-var]
+            around += max(rests)  # type: ignore[type-var]
+        return best
 
     @property
     def string_value(self) -> tuple[str, tuple[Any, ...]] | None:

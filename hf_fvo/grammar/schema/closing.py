@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
-__all__ = ["closing_bound", "pattern_bounds"]
+__all__ = ["FrameBounds", "closing_bound", "pattern_bounds"]
 
+_ANY_LEVEL = 4  # any value, one level deeper: `{"` then `":0}` (an empty key, `0`) or `[` `0]`
 _ESCAPE = 7  # a string left after a high surrogate "\\uD83D" needs "\\uDC00" and its quote
 _NUMBER_SLACK = 4  # '-', '.', 'e', a sign: each needs one more digit
 _CHARACTER = 11  # a string left inside a character: "\\" needs "uD83D\\uDC00" at most
@@ -46,7 +48,7 @@ def closing_bound(schema: Any) -> int | None:
         >>> from hf_fvo.grammar.schema.closing import closing_bound
         >>> closing_bound({"type": "object", "properties": {"ok": {"type": "boolean"}},
         ...                "required": ["ok"], "additionalProperties": False})
-        65
+        35
         >>> closing_bound({"type": "string", "format": "date"}) is None
         True
     """
@@ -56,9 +58,105 @@ def closing_bound(schema: Any) -> int | None:
         return None
 
 
-class _Bounds:
+class FrameBounds:
+    """:func:`closing_bound`'s bounds per place of one schema's members, for a cursor that
+    reads a prefix (:meth:`JsonCursor.reach <hf_fvo.grammar.schema.closer.JsonCursor.reach>`):
+    what completes a value begun at a node, what completes an object or array from inside it
+    (its keys written, its items counted), what closes it after the member being written, each
+    in bytes, over the prefixes that open at most ``depth`` more objects and arrays; ``None``
+    where not shown. Kept per node (the schema's own nodes: ids stay theirs).
+
+    Example:
+        >>> from hf_fvo.grammar.schema.closing import FrameBounds
+        >>> item = {"type": "object", "properties": {"id": {"type": "integer"}},
+        ...         "required": ["id"]}
+        >>> bounds = FrameBounds(item)
+        >>> bounds.inside(item, "o", ("id",), 0, 1), bounds.inside(item, "o", (), 0, 1)
+        (17, 24)
+        >>> bounds.rest(item, "o", (), 0), bounds.value({}, 2) < bounds.value({}, 3)
+        (9, True)
+    """
+
+    _KEPT = 4096  # bounds kept (a cursor's frames repeat: the same node, keys and depth)
+
     def __init__(self, root: Any) -> None:
+        self._bounds = _Bounds(root, tight=True)
+        self._kept: dict[tuple[Any, ...], tuple[Any, int | None]] = {}
+
+    def value(self, node: Any, depth: int) -> int | None:
+        """Completes any prefix of a value of ``node`` (nothing written yet included)."""
+        return self._kept_bound(("v", id(node), depth), node,
+                                lambda: self._bounds.bound(node, (), True, depth))  # fmt: skip
+
+    def inside(
+        self, node: Any, kind: str, keys: tuple[str, ...], count: int, depth: int
+    ) -> int | None:
+        """Completes an object (``kind`` ``"o"``, ``keys`` written) or array (``"a"``,
+        ``count`` items) of ``node`` from anywhere inside it, its members begun included."""
+        key = ("i", id(node), kind, keys, count, depth)
+        return self._kept_bound(
+            key, node, lambda: self._container(node, kind, keys, count, depth + 1)
+        )
+
+    def rest(self, node: Any, kind: str, keys: tuple[str, ...], count: int) -> int | None:
+        """Closes an object or array of ``node`` once the member being written has ended
+        (``keys``: those written, that member's included; ``count``: items, likewise)."""
+        return self._kept_bound(("r", id(node), kind, keys, count), node,
+                                lambda: self._container(node, kind, keys, count, None))  # fmt: skip
+
+    def _container(
+        self, node: Any, kind: str, keys: tuple[str, ...], count: int, depth: int | None
+    ) -> int:
+        bounds = self._bounds
+        s, seen = bounds.resolve(node, ())
+        closing = depth is not None
+        if s is True or (isinstance(s, dict) and not set(s) - _ANNOTATIONS):
+            s = {"type": "object" if kind == "o" else "array"}  # (any value: any key, item)
+        if not isinstance(s, dict):
+            raise _Unbounded("no object or array here")
+        bounds.check(s)
+        if "const" in s or "enum" in s:  # (a value listed: what remains of the longest)
+            return bounds.bound(s, seen, closing)
+        if "anyOf" in s or "oneOf" in s:
+            raise _Unbounded("alternatives at a container")
+        types = s.get("type")
+        types = [types] if isinstance(types, str) else list(types or ())
+        if kind == "o" and "object" in types:
+            return bounds.object(s, seen, closing, depth, written=keys)
+        if kind == "a" and "array" in types:
+            return bounds.array(s, seen, closing, depth, count=count)
+        raise _Unbounded("a container its schema does not type")
+
+    def _kept_bound(self, key: tuple[Any, ...], node: Any, compute: Any) -> int | None:
+        kept = self._kept
+        known = kept.get(key)  # (threads may share it: one lookup, no clear between)
+        if known is not None:
+            return known[1]
+        try:
+            found = compute()
+        except (_Unbounded, RecursionError, TypeError, ValueError, LookupError, AttributeError):
+            found = None
+        if len(kept) >= self._KEPT:
+            kept.clear()
+        kept[key] = (node, found)  # (the node: its id stays its own)
+        return found
+
+
+class _Bounds:
+    """``tight``: a listed string (a key, an ``enum`` or ``const`` value) counted as its compact
+    JSON, each escape at six bytes (:func:`_size`), plus an escape's slack where a prefix may
+    stop inside it; otherwise at six bytes a character (:func:`_dump`)."""
+
+    def __init__(self, root: Any, tight: bool = False) -> None:
         self.root = root
+        self.tight = tight
+
+    def size(self, value: Any, inside: bool = False) -> int:
+        """Bytes of ``value``'s JSON, at most (``inside``: what is left of it where a prefix
+        has begun it)."""
+        if not self.tight:
+            return len(_dump(value))
+        return _size(value) + (_ESCAPE if inside else 0)
 
     # -- one recursion, two quantities ---------------------------------------------------------
     # closing=True: max over viable prefixes of a value of the shortest completion;
@@ -70,34 +168,43 @@ class _Bounds:
     def shortest(self, s: Any, seen: tuple[str, ...]) -> int:
         return self.bound(s, seen, closing=False)
 
-    def bound(self, s: Any, seen: tuple[str, ...], closing: bool) -> int:
+    def bound(self, s: Any, seen: tuple[str, ...], closing: bool, depth: int | None = None) -> int:
+        """``depth``: with ``closing``, over the prefixes that open at most ``depth`` objects
+        and arrays inside the value (the value itself one of them); ``None``: any."""
         s, seen = self.resolve(s, seen)
-        if s is True or s == {}:
-            if closing:
+        if s is True or (isinstance(s, dict) and not set(s) - _ANNOTATIONS):
+            if not closing:
+                return 1  # 0
+            if depth is None:
                 raise _Unbounded("any value: nesting without limit")
-            return 1  # 0
+            # a scalar begun (a string: its escape, then its quote), or an object or array
+            # opened: a key begun and its value (``":0``), or an item, inside it, then its
+            # bracket
+            return _ESCAPE + 2 + _ANY_LEVEL * depth
         if s is False:
             if not closing:
                 raise _Unbounded("false has no member")
             return 0
         self.check(s)
         if "const" in s:
-            return len(_dump(s["const"]))
+            return self.size(s["const"], closing)
         if "enum" in s:
-            return max(len(_dump(v)) for v in s["enum"])  # some member is one of them
+            return max(self.size(v, closing) for v in s["enum"])  # some member is one of them
         branches = s.get("anyOf") or s.get("oneOf")
         if branches is not None:
             rest = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
             if closing and set(rest) - _ANNOTATIONS:
                 raise _Unbounded("anyOf beside other keywords")
-            return max(self.bound(b, seen, closing) for b in branches)
+            return max(self.bound(b, seen, closing, depth) for b in branches)
         types = s.get("type")
         if types is None:
             raise _Unbounded("no type")
         types = [types] if isinstance(types, str) else list(types)
-        return max(self.typed(s, t, seen, closing) for t in types)
+        return max(self.typed(s, t, seen, closing, depth) for t in types)
 
-    def typed(self, s: dict, kind: str, seen: tuple[str, ...], closing: bool) -> int:
+    def typed(
+        self, s: dict, kind: str, seen: tuple[str, ...], closing: bool, depth: int | None = None
+    ) -> int:
         if kind in ("boolean", "null"):
             return 5
         if kind in ("integer", "number"):
@@ -106,64 +213,112 @@ class _Bounds:
             if "format" in s:
                 raise _Unbounded("format")
             if "pattern" in s:
-                if "minLength" in s or "maxLength" in s:
-                    raise _Unbounded("pattern beside a length")
                 bounds = pattern_bounds(s["pattern"])
                 if bounds is None:
                     raise _Unbounded("pattern")
                 shortest, farthest = bounds
+                # a maxLength never lengthens the shortest completion of a prefix that can
+                # still finish (every completion is at least as long); a minLength may ask for
+                # that many characters more, each at most _WIDEST bytes
+                pad = _WIDEST * int(s.get("minLength", 0))
                 # inside: finish the character, then the regex, then the closing quote
-                return _CHARACTER + farthest + 1 if closing else shortest + 2
+                return _CHARACTER + farthest + pad + 1 if closing else shortest + pad + 2
             return int(s.get("minLength", 0)) + (_ESCAPE if closing else 0) + 2
         if kind == "array":
-            return self.array(s, seen, closing)
+            return self.array(s, seen, closing, depth)
         if kind == "object":
-            return self.object(s, seen, closing)
+            return self.object(s, seen, closing, depth)
         raise _Unbounded(kind)
 
     # -- containers and numbers -----------------------------------------------------------------
 
-    def array(self, s: dict, seen: tuple[str, ...], closing: bool) -> int:
+    # ``count`` items or the keys ``written`` already: only what is still needed is counted (a
+    # container's frame, :class:`FrameBounds`); ``depth`` 0: the value not begun
+
+    def array(
+        self, s: dict, seen: tuple[str, ...], closing: bool, depth: int | None = None,
+        count: int = 0,
+    ) -> int:  # fmt: skip
         if s.get("contains") is not None or s.get("uniqueItems"):
             raise _Unbounded("contains/uniqueItems")
         prefix = list(s.get("prefixItems", []))
         items = s.get("items", True)
         need = max(int(s.get("minItems", 0)), 0)
         schemas = prefix + ([items] * max(need - len(prefix), 0))
-        body = sum(self.shortest(x, seen) + 1 for x in schemas[:need]) + 2
-        if not closing:
+        body = sum(self.shortest(x, seen) + 1 for x in schemas[count:need]) + 2
+        if not closing or depth == 0:
             return body
-        inner = [x for x in [*prefix, items] if x is not False]
-        worst = max((self.closing(x, seen) for x in inner), default=0)
+        inner = [x for x in [*prefix[count:], items] if x is not False]
+        within = None if depth is None else depth - 1
+        worst = max((self.bound(x, seen, True, within) for x in inner), default=0)
+        if not prefix and count < need:  # (the item begun is one the body counts)
+            worst = max(worst - self.shortest(items, seen) - 1, 0)
         return body + worst + 1
 
-    def object(self, s: dict, seen: tuple[str, ...], closing: bool) -> int:
-        for key in ("patternProperties", "propertyNames", "dependentRequired", "dependencies",
-                    "dependentSchemas", "minProperties", "unevaluatedProperties"):  # fmt: skip
+    def object(
+        self, s: dict, seen: tuple[str, ...], closing: bool, depth: int | None = None,
+        written: tuple[str, ...] = (),
+    ) -> int:  # fmt: skip
+        for key in ("propertyNames", "dependentRequired", "dependencies", "dependentSchemas",
+                    "minProperties", "unevaluatedProperties"):  # fmt: skip
             if s.get(key):
                 raise _Unbounded(key)
         props = s.get("properties", {})
         extra = s.get("additionalProperties", True)
         required = list(s.get("required", []))
+        pattern, matched = self.patterned(s, props)
         body = 2
+        entries: dict[str, int] = {}  # (what the body counts for each required key)
         for name in required:
-            value = props.get(name, extra)
-            body += len(_dump(name)) + 2 + self.shortest(value, seen)
-        if not closing:
+            if name in written:
+                continue
+            value = props[name] if name in props else matched if (
+                pattern is not None and re.search(pattern, name)) else extra  # fmt: skip
+            entries[name] = self.size(name) + 2 + self.shortest(value, seen)
+            body += entries[name]
+        if not closing or depth == 0:
             return body
-        values = [v for v in props.values() if v is not False]
-        keys = [len(_dump(k)) + 1 for k in props]
+        # per key a member may begin with: what finishes the key (its rest, the quote and
+        # ":"), the schema of its value, and what the body counts for it (a required key's
+        # member, begun, stands for its entry)
+        members = [(self.size(k, True) + 1, v, entries.get(k, 0)) for k, v in props.items()
+                   if v is not False]  # fmt: skip
+        if pattern is not None and matched is not False:
+            far = pattern_bounds(pattern)
+            if far is None:
+                raise _Unbounded("patternProperties' pattern")
+            members.append((_CHARACTER + far[1] + 2, matched, 0))  # (finished to a match)
         if extra is not False:
-            values.append(extra)
-            keys.append(_ESCAPE + 1)
-        if not values:
+            members.append((_ESCAPE + 1, extra, 0))
+        if not members:
             return body
-        # inside a key, or inside (or before) a value, then the other required members
+        # inside a key then its value's shortest, or inside (or before) a value; then the
+        # other required members
+        within = None if depth is None else depth - 1
         worst = max(
-            max(keys) + max(self.shortest(v, seen) for v in values),
-            max(self.closing(v, seen) for v in values),
+            max(key + self.shortest(v, seen), self.bound(v, seen, True, within)) - counted
+            for key, v, counted in members
         )
+        worst = max(worst, 0)
         return body + worst + 2
+
+    @staticmethod
+    def patterned(s: dict, props: dict) -> tuple[str | None, Any]:
+        """An object's one ``patternProperties`` pattern and its schema (``None``: none); more
+        than one, or one a listed key matches (a value under two schemas at once, whose
+        intersection may be longer than either), is not bounded."""
+        patterns = s.get("patternProperties") or {}
+        if not patterns:
+            return None, None
+        if len(patterns) > 1:
+            raise _Unbounded("patternProperties: several patterns")
+        ((pattern, matched),) = patterns.items()
+        try:
+            if any(re.search(pattern, name) for name in props):
+                raise _Unbounded("patternProperties: a listed key matches")
+        except re.error as error:
+            raise _Unbounded("patternProperties: not a Python pattern") from error
+        return pattern, matched
 
     def number_yield(self, s: dict, kind: str) -> int:
         if "multipleOf" in s:
@@ -298,6 +453,18 @@ _SPELLINGS = (
     (2, ['"', "\\", "\b", "\f", "\n", "\r", "\t"]),
     (6, [chr(c) for c in range(0x20) if chr(c) not in "\b\f\n\r\t"]),
 )
+
+
+_SHORT_ESCAPE = re.compile(r"\\[^u]")  # two-byte escapes in json.dumps' text: \n, \", \\…
+
+
+def _size(value: Any) -> int:
+    """Bytes of ``value``'s compact JSON at most, whichever spelling of its strings the grammar
+    takes: ``json.dumps``' ASCII form counts a non-ASCII character as a ``\\uXXXX`` escape (6
+    bytes, 12 a surrogate pair; its UTF-8 takes at most 4), and each two-byte escape
+    (``\\n``, ``\\"``…) is counted as the six bytes of its ``\\u00XX`` form."""
+    text = json.dumps(value, separators=(",", ":"))
+    return len(text) + 4 * len(_SHORT_ESCAPE.findall(text))
 
 
 def _dump(value: Any) -> str:
