@@ -232,8 +232,8 @@ def test_a_state_s_own_bound_is_never_below_an_exact_distance_a_token_on():
                 break
             t = rng.choice(choices)
             state, text = fa.next_state(state, t), text + bytes([t])
-    # (39 schemas compile here; about 4,000 bounded states, about 150 after a bracket)
-    assert schemas >= 30 and states >= 2_000 and openers >= 50, (schemas, states, openers)
+    # (40 schemas compile here; 3,736 bounded states, 3,375 with a bracket admitted)
+    assert schemas >= 30 and states >= 2_000 and openers >= 1_000, (schemas, states, openers)
 
 
 def test_a_state_s_own_bound_counts_the_containers_around_it():
