@@ -419,11 +419,14 @@ class JsonCursor:
                 keys = (*keys, frame.key) if frame.key is not None else keys
                 count += frame.kind == "a"
             inside = [bounds.inside(n, frame.kind, keys, count, depth) for n in frame.nodes]
-            rests = [bounds.rest(n, frame.kind, keys, count) for n in frame.nodes]
-            if None in inside or None in rests:
+            if None in inside:
                 return None
             best = max(best, around + max(inside))  # type: ignore[type-var]
-            around += max(rests)  # type: ignore[type-var]
+            if i < len(stack):  # (the innermost one's rest is never added)
+                rests = [bounds.rest(n, frame.kind, keys, count) for n in frame.nodes]
+                if None in rests:
+                    return None
+                around += max(rests)  # type: ignore[type-var]
         return best
 
     @property
