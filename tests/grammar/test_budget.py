@@ -196,20 +196,34 @@ def test_a_state_s_own_bound_is_never_below_an_exact_distance_a_token_on():
     schemas it compiles and on keys and values with escapes and non-ASCII: at every state the
     cursor bounds, no byte the automaton admits leads farther than ``reach(1)``, and after
     ``{`` or ``[`` no byte leads farther than the state's ``reach(2)``."""
-    from hf_fvo.grammar.schema.closer import JsonCursor
-
     rows = [row["schema"] for row in _dev_schemas(40)] + [AWKWARD]
     rows += [json.loads(line)["schema"] for line in MASKBENCH.open()]
-    states = openers = schemas = 0
+    schemas = states = openers = 0
     for schema in rows:
         try:
             fa = Grammar.from_json_schema(schema, BYTES, whitespace="", backend="automaton",
                                           max_states=3000)  # fmt: skip
         except GrammarError:
             continue
-        start = JsonCursor.start(prepare_json_schema(schema, strict=True).schema)
         schemas += 1
-        rng = random.Random(schemas)
+        found, brackets = _reach_against_distances(fa, schema, random.Random(schemas))
+        states, openers = states + found, openers + brackets
+    # (40 schemas compile here; 3,736 bounded states, 3,375 with a bracket admitted)
+    assert schemas >= 30 and states >= 2_000 and openers >= 1_000, (schemas, states, openers)
+
+
+def _reach_against_distances(
+    fa: Grammar, schema: dict, rng: random.Random, walks: int = 1
+) -> tuple[int, int]:
+    """Random walks of the byte automaton ``fa`` (of ``schema``'s language, or one equal to
+    it): at every state the cursor over ``schema`` bounds, no byte leads farther than its
+    ``reach(1)``, and after ``{`` or ``[`` no byte farther than its ``reach(2)``. Returns the
+    bounded states and brackets tried."""
+    from hf_fvo.grammar.schema.closer import JsonCursor
+
+    start = JsonCursor.start(prepare_json_schema(schema, strict=True).schema)
+    states = openers = 0
+    for _ in range(walks):
         state, text = fa.initial_state, b""
         for _ in range(150):
             cursor = start.feed(text)
@@ -232,8 +246,90 @@ def test_a_state_s_own_bound_is_never_below_an_exact_distance_a_token_on():
                 break
             t = rng.choice(choices)
             state, text = fa.next_state(state, t), text + bytes([t])
-    # (40 schemas compile here; 3,736 bounded states, 3,375 with a bracket admitted)
-    assert schemas >= 30 and states >= 2_000 and openers >= 1_000, (schemas, states, openers)
+    return states, openers
+
+
+_OBJECT_AB = {"type": "object", "properties": {"a": {"type": "integer"},
+              "bb": {"enum": ["xyz", "w"]}}, "additionalProperties": False}  # fmt: skip
+# a schema the bounds read through `allOf`, `anyOf` or `$ref` beside other keywords, or with
+# no `type`, and one the byte automaton compiles that has the same members
+COMBINED = [
+    ({"allOf": [{**_OBJECT_AB, "properties": {**_OBJECT_AB["properties"], "bb": {}},
+                 "required": ["a"]},
+                {"properties": {"bb": {"enum": ["xyz", "w"]}}, "required": ["bb"]}]},
+     {**_OBJECT_AB, "required": ["a", "bb"]}),
+    ({"type": "array", "items": {"allOf": [{"type": ["string", "integer"], "minLength": 12},
+                                           {"type": ["string", "null"]}]}},
+     {"type": "array", "items": {"type": "string", "minLength": 12}}),
+    ({"type": "array", "items": {"allOf": [{"enum": ["aa", "b" * 24, 1]},
+                                           {"enum": ["b" * 24, 1, 2]}]}, "maxItems": 3},
+     {"type": "array", "items": {"enum": ["b" * 24, 1]}, "maxItems": 3}),
+    ({**_OBJECT_AB, "anyOf": [{"required": ["a"]}, {"required": ["bb"]}]},
+     {"anyOf": [{**_OBJECT_AB, "required": ["a"]}, {**_OBJECT_AB, "required": ["bb"]}]}),
+    ({"$defs": {"p": _OBJECT_AB}, "$ref": "#/$defs/p", "required": ["bb", "a"]},
+     {**_OBJECT_AB, "required": ["bb", "a"]}),
+    ({"properties": {"k": {"type": "boolean"}}, "required": ["k"], "additionalProperties": False,
+      "items": {"type": "null"}, "maxItems": 2, "maxLength": 3}, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("schema, same", COMBINED)
+def test_a_state_s_own_bound_reads_merged_parts_and_untyped_nodes(schema, same):
+    """Where a node says what it is through ``allOf`` (types both parts allow, values both
+    list, properties both describe), ``anyOf`` or ``$ref`` beside its other keywords, or with
+    no ``type`` (any type its keywords allow), the cursor's ``reach`` is given and never below
+    an exact distance: the byte automaton of a schema with the same members, written out,
+    walked as in the test above (the members agree both ways on what each one samples)."""
+    import jsonschema
+
+    fa = Grammar.from_json_schema(same or schema, BYTES, whitespace="", backend="automaton",
+                                  max_states=3000)  # fmt: skip
+    states, _ = _reach_against_distances(fa, schema, random.Random(0), walks=20)
+    assert states >= 20, states  # (the bound was given along the walks)
+    if same is not None:  # the two schemas' members agree, on samples of each grammar
+        pd = Grammar.from_json_schema(schema, BYTES, whitespace="")
+        for g, other in ((fa, schema), (pd, same)):
+            rng = random.Random(1)
+            for _ in range(30):
+                text = bytes(_walk_under_budget(g, 64, rng))
+                jsonschema.validate(json.loads(text), other)
+
+
+def test_a_state_s_own_bound_refuses_a_merge_that_says_less_than_its_parts():
+    """Merged naively, ``allOf`` parts may admit what one of them forbids (a name another
+    part's ``additionalProperties: false`` rules out, items under another part's
+    ``prefixItems``, two patterns at once): no bound is claimed there."""
+    from hf_fvo.grammar.schema.closer import JsonCursor
+
+    closed = {"type": "object", "properties": {"a": {"type": "integer"}},
+              "additionalProperties": False}  # fmt: skip
+    for schema in (
+        {"allOf": [closed, {"properties": {"bb": {"type": "string"}}, "required": ["bb"]}]},
+        {"type": "array", "allOf": [{"prefixItems": [{"type": "null"}]},
+                                    {"items": {"type": "string", "minLength": 9}}]},
+        {"type": "string", "allOf": [{"pattern": "^a+$"}, {"pattern": "^[ab]{40}$"}]},
+    ):  # fmt: skip
+        bare = prepare_json_schema(schema, strict=True).schema
+        assert JsonCursor.start(bare).reach(2) is None, schema
+        assert closing_bound(bare) is None, schema
+
+
+def test_a_state_s_own_bound_follows_a_recursive_reference_a_level_at_a_time():
+    """A tree (each node's ``kids`` its own schema again): after ``k`` levels opened, every
+    completion writes ``]}`` per level; ``reach`` is given (recursion is bounded by the
+    levels one token opens) and never below that."""
+    from hf_fvo.grammar.schema.closer import JsonCursor
+
+    tree = {"type": "object", "properties": {"v": {"type": "integer"},
+            "kids": {"type": "array", "items": {"$ref": "#"}}}, "required": ["v"],
+            "additionalProperties": False}  # fmt: skip
+    start = JsonCursor.start(tree)
+    for k in range(1, 8):
+        cursor = start.feed(b'{"v":1,"kids":[' * k)
+        assert cursor.reach(2) is not None and cursor.reach(2) >= 2 * k + 1, (k, cursor.reach(2))
+        # `{"` then a key begun: `v":0}` and the levels' closings
+        assert cursor.reach(2) >= len('{"v":0}') + 2 * k
+    assert closing_bound(tree) is None  # (any depth: not bounded)
 
 
 def test_a_state_s_own_bound_counts_the_containers_around_it():

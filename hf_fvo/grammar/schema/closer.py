@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, NamedTuple
 
-from hf_fvo.grammar.schema.closing import FrameBounds
+from hf_fvo.grammar.schema.closing import LOOSE, FrameBounds, merged_exactly
 from hf_fvo.grammar.schema.continuation import continuation, pattern_states
 from hf_fvo.grammar.schema.facts import definitions_of, ref_target
 from hf_fvo.grammar.schema.instance import _GiveUp, _Members, _merge, shortest_pattern_text
@@ -111,18 +111,18 @@ class _Schema:
             rest = {k: v for k, v in node.items() if k != "$ref"}
             target = ref_target(node, self.defs)
             # (the siblings first: their properties come before the target's, as written)
-            return self._alternatives(_merge([rest, target]) if rest else target, depth + 1)
+            return self._alternatives(_merged([rest, target]) if rest else target, depth + 1)
         for key in ("anyOf", "oneOf"):
             if isinstance(node.get(key), list):
                 rest = {k: v for k, v in node.items() if k != key}
                 out: list[Any] = []
                 for branch in node[key]:
-                    out += self._alternatives(_merge([rest, branch]) if rest else branch,
+                    out += self._alternatives(_merged([rest, branch]) if rest else branch,
                                               depth + 1)  # fmt: skip
                 return out
         if isinstance(node.get("allOf"), list) and "\x00merged" not in node:
             rest = {k: v for k, v in node.items() if k != "allOf"}
-            return self._alternatives(_merge([rest, *node["allOf"]]), depth + 1)
+            return self._alternatives(_merged([rest, *node["allOf"]]), depth + 1)
         return [node]
 
     def shortest(self, node: Any) -> str | None:
@@ -966,3 +966,12 @@ def _complete_utf8(data: bytes) -> int:
             size = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
             return len(data) if back >= size else len(data) - back
     return len(data)
+
+
+def _merged(parts: list[Any]) -> Any:
+    """:func:`~.instance._merge`, marked :data:`~.closing.LOOSE` where it admits what a part
+    forbids (the closings it writes are parsed; no bound is read from it)."""
+    merged = _merge(parts)
+    if isinstance(merged, dict) and not merged_exactly(parts, merged):
+        merged[LOOSE] = True
+    return merged

@@ -9,7 +9,11 @@ The bound is computed for compact JSON (or ``[ ]?`` whitespace, which a completi
 over the *prepared* schema (:func:`~hf_fvo.grammar.schema.prepare.prepare_json_schema`). Only
 keywords whose effect on completions is understood are bounded; anything else (formats, free
 values that nest without limit, recursion, ``multipleOf``…) gives ``None``, and the grammar
-then checks candidates near the end of every budget. A ``pattern`` is bounded from the
+then checks candidates near the end of every budget. A node with ``allOf``, or ``anyOf`` or
+``$ref`` beside other keywords, is bounded as the schemas it stands for (:meth:`_Bounds.ways`),
+where their merge says exactly what its parts say (:func:`merged_exactly`); a node with no
+``type`` as any type its keywords allow. Per place (:class:`FrameBounds`, a bounded number of
+levels), a reference may come back to itself. A ``pattern`` is bounded from the
 standard library's parse tree of the regex (:func:`pattern_bounds`) where it has only
 characters, classes, groups, alternatives, repetitions and outer anchors. Pure: no engine
 import.
@@ -22,7 +26,9 @@ import math
 import re
 from typing import Any
 
-__all__ = ["FrameBounds", "closing_bound", "pattern_bounds"]
+from hf_fvo.grammar.schema.instance import _MERGED, _merge
+
+__all__ = ["LOOSE", "FrameBounds", "closing_bound", "merged_exactly", "pattern_bounds"]
 
 _ANY_LEVEL = 4  # any value, one level deeper: `{"` then `":0}` (an empty key, `0`) or `[` `0]`
 _ESCAPE = 7  # a string left after a high surrogate "\\uD83D" needs "\\uDC00" and its quote
@@ -32,8 +38,16 @@ _WIDEST = 12  # bytes of any character in a JSON string (a surrogate pair's two 
 _ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$comment", "$schema", "$id", "id",
     "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "$anchor",
-    "definitions", "$defs",
+    "definitions", "$defs", _MERGED,
 })  # fmt: skip
+LOOSE = "\x00loose"  # marks a merge that admits more than its parts (no bound read from it)
+_KINDS = ("null", "boolean", "integer", "number", "string", "array", "object")  # no `type`: any
+_WAYS = 64  # the schemas one node may stand for (its allOf merged, its anyOf's branches apart)
+_KEPT = 4096  # shortest values and merged ways kept per schema (by node)
+_HOPS = 16  # $ref, allOf and anyOf levels followed at one node
+_COMBINED = ("allOf", "anyOf", "oneOf", "$ref")
+_LOWER = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties")
+_UPPER = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties")
 
 
 class _Unbounded(Exception):
@@ -108,19 +122,21 @@ class FrameBounds:
         self, node: Any, kind: str, keys: tuple[str, ...], count: int, depth: int | None
     ) -> int:
         bounds = self._bounds
-        s, seen = bounds.resolve(node, ())
+        s, seen = bounds.resolve(node, (), free=True)
         closing = depth is not None
         if s is True or (isinstance(s, dict) and not set(s) - _ANNOTATIONS):
             s = {"type": "object" if kind == "o" else "array"}  # (any value: any key, item)
         if not isinstance(s, dict):
             raise _Unbounded("no object or array here")
-        bounds.check(s)
         if "const" in s or "enum" in s:  # (a value listed: what remains of the longest)
             return bounds.bound(s, seen, closing)
-        if "anyOf" in s or "oneOf" in s:
-            raise _Unbounded("alternatives at a container")
-        types = s.get("type")
-        types = [types] if isinstance(types, str) else list(types or ())
+        if any(key in s for key in _COMBINED):
+            # the text is in one of the schemas it stands for (each its own container)
+            return max(self._container(way, kind, keys, count, depth)
+                       for way, _ in bounds.ways(s, seen, True))  # fmt: skip
+        bounds.check(s)
+        types = s.get("type", _KINDS)
+        types = [types] if isinstance(types, str) else list(types)
         if kind == "o" and "object" in types:
             return bounds.object(s, seen, closing, depth, written=keys)
         if kind == "a" and "array" in types:
@@ -150,6 +166,8 @@ class _Bounds:
     def __init__(self, root: Any, tight: bool = False) -> None:
         self.root = root
         self.tight = tight
+        self._shortest: dict[int, tuple[Any, Any]] = {}  # id → (node, bound or why none)
+        self._ways: dict[tuple[int, bool], tuple[Any, list[Any]]] = {}  # (id, free) → (node, ways)
 
     def size(self, value: Any, inside: bool = False) -> int:
         """Bytes of ``value``'s JSON, at most (``inside``: what is left of it where a prefix
@@ -170,8 +188,27 @@ class _Bounds:
 
     def bound(self, s: Any, seen: tuple[str, ...], closing: bool, depth: int | None = None) -> int:
         """``depth``: with ``closing``, over the prefixes that open at most ``depth`` objects
-        and arrays inside the value (the value itself one of them); ``None``: any."""
-        s, seen = self.resolve(s, seen)
+        and arrays inside the value (the value itself one of them); ``None``: any. With a
+        ``depth``, a ``$ref`` may come back to itself (each level deeper opens a container);
+        without, recursion is not bounded."""
+        if not closing and not seen:  # (a value's shortest: the same wherever it is asked)
+            key = id(s)
+            if key not in self._shortest:
+                if len(self._shortest) >= _KEPT:
+                    self._shortest.clear()
+                try:
+                    self._shortest[key] = (s, self._bound(s, seen, False, None))
+                except _Unbounded as error:
+                    self._shortest[key] = (s, error)
+            found = self._shortest[key][1]
+            if isinstance(found, _Unbounded):
+                raise found
+            return found
+        return self._bound(s, seen, closing, depth)
+
+    def _bound(self, s: Any, seen: tuple[str, ...], closing: bool, depth: int | None) -> int:
+        free = closing and depth is not None
+        s, seen = self.resolve(s, seen, free)
         if s is True or (isinstance(s, dict) and not set(s) - _ANNOTATIONS):
             if not closing:
                 return 1  # 0
@@ -185,22 +222,156 @@ class _Bounds:
             if not closing:
                 raise _Unbounded("false has no member")
             return 0
-        self.check(s)
+        if not isinstance(s, dict):
+            raise _Unbounded("not a schema")
+        # (a value listed: whatever else the node says, its members are among them)
         if "const" in s:
             return self.size(s["const"], closing)
         if "enum" in s:
             return max(self.size(v, closing) for v in s["enum"])  # some member is one of them
-        branches = s.get("anyOf") or s.get("oneOf")
-        if branches is not None:
-            rest = {k: v for k, v in s.items() if k not in ("anyOf", "oneOf")}
-            if closing and set(rest) - _ANNOTATIONS:
-                raise _Unbounded("anyOf beside other keywords")
-            return max(self.bound(b, seen, closing, depth) for b in branches)
-        types = s.get("type")
-        if types is None:
-            raise _Unbounded("no type")
+        if any(key in s for key in _COMBINED):
+            # a value of one of the schemas it stands for (a prefix: viable in one of them)
+            ways = self.ways(s, seen, free)
+            if not ways:
+                return self.bound(False, seen, closing, depth)
+            return self._over([lambda w=way, r=refs: self.bound(w, r, closing, depth)
+                               for way, refs in ways], closing)  # fmt: skip
+        self.check(s)
+        types = s.get("type", _KINDS)
         types = [types] if isinstance(types, str) else list(types)
-        return max(self.typed(s, t, seen, closing, depth) for t in types)
+        return self._over([lambda t=t: self.typed(s, t, seen, closing, depth) for t in types],
+                          closing)  # fmt: skip
+
+    @staticmethod
+    def _over(bounds: list[Any], closing: bool) -> int:
+        """Of a value that is one of several kinds: a prefix's closing is its own kind's (the
+        largest of them), the shortest value any one's (the smallest that has one)."""
+        if closing:
+            return max(bound() for bound in bounds)
+        found = []
+        for bound in bounds:
+            try:
+                found.append(bound())
+            except _Unbounded:
+                continue
+        if not found:
+            raise _Unbounded("no kind has a value shown")
+        return min(found)
+
+    def ways(self, s: dict, seen: tuple[str, ...], free: bool) -> list[tuple[Any, tuple[str, ...]]]:
+        """The schemas ``s`` stands for, each one node without ``allOf``, ``anyOf`` or
+        ``$ref`` (with the references followed to it): its ``$ref`` and ``allOf`` parts merged
+        (:func:`~.instance._merge`, then :meth:`settled`), its ``anyOf``/``oneOf`` branches
+        apart (each merged with the rest). A merge is kept only where it says exactly what
+        its parts say together (:meth:`exact`); at most ``_WAYS`` of them."""
+        key = (id(s), free)
+        known = self._ways.get(key) if free or not seen else None
+        if known is not None:
+            return known[1]
+        out = []
+        for parts, refs in self._conjunctions(s, seen, free, 0):
+            merged = self.settled(_merge(parts))
+            if merged is False:
+                continue  # (no member this way)
+            self.exact(parts, merged)
+            out.append((merged, refs))
+        if free or not seen:
+            if len(self._ways) >= _KEPT:
+                self._ways.clear()
+            self._ways[key] = (s, out)  # (the node: its id stays its own)
+        return out
+
+    def never(self, s: Any, seen: tuple[str, ...], free: bool) -> bool:
+        """Whether ``s`` is shown to admit no value (``false``, or parts that contradict)."""
+        if s is False:
+            return True
+        if not isinstance(s, dict) or not any(key in s for key in _COMBINED):
+            return False
+        try:
+            return not self.ways(s, seen, free)
+        except _Unbounded:
+            return False
+
+    def _conjunctions(
+        self, s: Any, seen: tuple[str, ...], free: bool, hops: int
+    ) -> list[tuple[list[Any], tuple[str, ...]]]:
+        if hops > _HOPS:
+            raise _Unbounded("combinators nested too deep")
+        if s is True:
+            return [([], seen)]
+        if s is False:
+            return []
+        if not isinstance(s, dict):
+            raise _Unbounded("not a schema")
+        own = {k: v for k, v in s.items() if k not in _COMBINED}
+        ways = [([own], seen)]
+        for part in s.get("allOf") or []:
+            ways = self._product(ways, self._conjunctions(part, seen, free, hops + 1))
+        if "$ref" in s:
+            target, after = self.resolve({"$ref": s["$ref"]}, seen, free)
+            ways = self._product(ways, self._conjunctions(target, after, free, hops + 1))
+        for key in ("anyOf", "oneOf"):
+            if key in s:
+                branches: list[tuple[list[Any], tuple[str, ...]]] = []
+                for branch in s[key]:
+                    branches += self._conjunctions(branch, seen, free, hops + 1)
+                ways = self._product(ways, branches)
+        return ways
+
+    @staticmethod
+    def _product(
+        ways: list[tuple[list[Any], tuple[str, ...]]], more: list[tuple[list[Any], tuple[str, ...]]]
+    ) -> list[tuple[list[Any], tuple[str, ...]]]:
+        out = [([*a, *b], tuple(dict.fromkeys((*x, *y)))) for a, x in ways for b, y in more]
+        if len(out) > _WAYS:
+            raise _Unbounded("too many ways")
+        return out
+
+    @staticmethod
+    def settled(merged: Any) -> Any:
+        """A merge's keywords that two parts gave differently, met where their meeting is
+        one keyword: the types both allow, the values both list, the larger of two lower
+        bounds and the smaller of two upper ones; ``False`` where nothing is left."""
+        if not isinstance(merged, dict) or "allOf" not in merged:
+            return merged
+        out = {k: v for k, v in merged.items() if k != "allOf"}
+        rest = []
+        listed = [[out.pop("const")]] if "const" in out else []
+        if "enum" in out:
+            listed.append(list(out.pop("enum")))
+        for part in merged["allOf"]:
+            ((key, value),) = part.items()
+            numbers = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if key == "type":
+                out["type"] = _types_met(out["type"], value)
+                if not out["type"]:
+                    return False
+            elif key in ("enum", "const"):
+                listed.append([value] if key == "const" else list(value))
+            elif key in _LOWER and numbers:
+                out[key] = max(out[key], value)
+            elif key in _UPPER and numbers:
+                out[key] = min(out[key], value)
+            else:
+                rest.append(part)
+        if listed:
+            common = [v for v in listed[0]
+                      if all(any(_same(v, w) for w in other) for other in listed[1:])]  # fmt: skip
+            if not common:
+                return False
+            out["enum"] = common
+        if rest:
+            out["allOf"] = rest
+        return out
+
+    @staticmethod
+    def exact(parts: list[Any], merged: dict) -> None:
+        """Raise unless ``merged`` admits exactly what every part admits: no keyword two parts
+        give differently, and :func:`merged_exactly`."""
+        if "allOf" in merged:
+            raise _Unbounded("allOf: parts that disagree")
+        if not merged_exactly(parts, merged):
+            raise _Unbounded("allOf: a merge that admits what a part forbids")
 
     def typed(
         self, s: dict, kind: str, seen: tuple[str, ...], closing: bool, depth: int | None = None
@@ -248,7 +419,7 @@ class _Bounds:
         body = sum(self.shortest(x, seen) + 1 for x in schemas[count:need]) + 2
         if not closing or depth == 0:
             return body
-        inner = [x for x in [*prefix[count:], items] if x is not False]
+        inner = [x for x in [*prefix[count:], items] if not self.never(x, seen, depth is not None)]
         within = None if depth is None else depth - 1
         worst = max((self.bound(x, seen, True, within) for x in inner), default=0)
         if not prefix and count < need:  # (the item begun is one the body counts)
@@ -281,14 +452,15 @@ class _Bounds:
         # per key a member may begin with: what finishes the key (its rest, the quote and
         # ":"), the schema of its value, and what the body counts for it (a required key's
         # member, begun, stands for its entry)
+        free = depth is not None
         members = [(self.size(k, True) + 1, v, entries.get(k, 0)) for k, v in props.items()
-                   if v is not False]  # fmt: skip
-        if pattern is not None and matched is not False:
+                   if not self.never(v, seen, free)]  # fmt: skip
+        if pattern is not None and not self.never(matched, seen, free):
             far = pattern_bounds(pattern)
             if far is None:
                 raise _Unbounded("patternProperties' pattern")
             members.append((_CHARACTER + far[1] + 2, matched, 0))  # (finished to a match)
-        if extra is not False:
+        if not self.never(extra, seen, free):
             members.append((_ESCAPE + 1, extra, 0))
         if not members:
             return body
@@ -334,19 +506,25 @@ class _Bounds:
 
     # -- references -----------------------------------------------------------------------------
 
-    def resolve(self, s: Any, seen: tuple[str, ...]) -> tuple[Any, tuple[str, ...]]:
-        while isinstance(s, dict) and "$ref" in s:
+    def resolve(
+        self, s: Any, seen: tuple[str, ...], free: bool = False
+    ) -> tuple[Any, tuple[str, ...]]:
+        """``s`` with a bare ``$ref`` followed (one beside other keywords: kept, see
+        :meth:`ways`); ``free``: a reference may come back (the caller bounds the depth)."""
+        for _ in range(_HOPS):
+            if not (isinstance(s, dict) and "$ref" in s) or set(s) - _ANNOTATIONS - {"$ref"}:
+                return s, seen
             ref = s["$ref"]
-            if ref in seen or set(s) - _ANNOTATIONS - {"$ref"}:
-                raise _Unbounded("recursive or combined $ref")
+            if ref in seen and not free:
+                raise _Unbounded("recursive $ref")
             if not isinstance(ref, str) or not ref.startswith("#"):
                 raise _Unbounded("external $ref")
             target: Any = self.root
             for part in ref[1:].split("/")[1:] if ref != "#" else []:
                 part = part.replace("~1", "/").replace("~0", "~")
                 target = target[int(part)] if isinstance(target, list) else target[part]
-            s, seen = target, (*seen, ref)
-        return s, seen
+            s, seen = target, seen if free else (*seen, ref)
+        raise _Unbounded("$ref chain")
 
     @staticmethod
     def check(s: dict) -> None:
@@ -473,3 +651,58 @@ def _dump(value: Any) -> str:
     ``\\uXXXX`` escape)."""
     text = json.dumps(value, separators=(",", ":"))
     return text * 6 if isinstance(value, (str, list, dict)) else text
+
+
+def merged_exactly(parts: list[Any], merged: Any) -> bool:
+    """Whether :func:`~.instance._merge`'s one schema for ``parts`` admits no value a part
+    forbids through the keywords it reads per part: no name one part lists that another's
+    ``additionalProperties`` or ``patternProperties`` speaks for, no items under two parts'
+    different ``prefixItems``. (Keywords two parts give differently stay in its ``allOf``.)
+
+    Example:
+        >>> from hf_fvo.grammar.schema.closing import merged_exactly
+        >>> from hf_fvo.grammar.schema.instance import _merge
+        >>> closed = {"properties": {"a": {}}, "additionalProperties": False}
+        >>> parts = [closed, {"required": ["a"]}]
+        >>> merged_exactly(parts, _merge(parts))
+        True
+        >>> parts = [closed, {"properties": {"b": {}}}]
+        >>> merged_exactly(parts, _merge(parts))
+        False
+    """
+    if not isinstance(merged, dict):
+        return True
+    names = set(merged.get("properties") or {})
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        extra = part.get("additionalProperties", True)
+        closed = not (extra is True or (isinstance(extra, dict)
+                                        and not set(extra) - _ANNOTATIONS))  # fmt: skip
+        if closed and not names <= set(part.get("properties") or {}):
+            return False
+        if part.get("patternProperties") and merged.get("patternProperties") != part.get(
+                "patternProperties"):  # fmt: skip
+            return False
+    arrays = [part for part in parts if isinstance(part, dict)
+              and ("items" in part or "prefixItems" in part)]  # fmt: skip
+    return len({json.dumps(part.get("prefixItems", []), sort_keys=True) for part in arrays}) < 2
+
+
+def _types_met(one: Any, other: Any) -> list[str]:
+    """The JSON types both ``type`` keywords allow (an integer is a number)."""
+
+    def allowed(types: Any) -> set[str]:
+        types = {types} if isinstance(types, str) else set(types)
+        return types | {"integer"} if "number" in types else types
+
+    return sorted(allowed(one) & allowed(other))
+
+
+def _same(one: Any, other: Any) -> bool:
+    """JSON equality (``1`` and ``true`` differ; ``1`` and ``1.0`` do not)."""
+    if isinstance(one, bool) or isinstance(other, bool):
+        return one is other
+    if isinstance(one, (int, float)) and isinstance(other, (int, float)):
+        return one == other
+    return json.dumps(one, sort_keys=True) == json.dumps(other, sort_keys=True)
