@@ -298,7 +298,8 @@ def test_a_state_s_own_bound_reads_merged_parts_and_untyped_nodes(schema, same):
 def test_a_state_s_own_bound_refuses_a_merge_that_says_less_than_its_parts():
     """Merged naively, ``allOf`` parts may admit what one of them forbids (a name another
     part's ``additionalProperties: false`` rules out, items under another part's
-    ``prefixItems``, two patterns at once): no bound is claimed there."""
+    ``prefixItems``, two patterns at once), or where a listed name is also a key pattern's:
+    no bound is claimed there."""
     from hf_fvo.grammar.schema.closer import JsonCursor
 
     closed = {"type": "object", "properties": {"a": {"type": "integer"}},
@@ -308,6 +309,10 @@ def test_a_state_s_own_bound_refuses_a_merge_that_says_less_than_its_parts():
         {"type": "array", "allOf": [{"prefixItems": [{"type": "null"}]},
                                     {"items": {"type": "string", "minLength": 9}}]},
         {"type": "string", "allOf": [{"pattern": "^a+$"}, {"pattern": "^[ab]{40}$"}]},
+        # (a listed name the key pattern also matches: the parser admits `,` after it where
+        # no other key can follow, a dead end only the rule's search sees)
+        {"type": "object", "properties": {"default": {}}, "required": ["default"],
+         "patternProperties": {"^default$": {"type": "integer"}}, "additionalProperties": False},
     ):  # fmt: skip
         bare = prepare_json_schema(schema, strict=True).schema
         assert JsonCursor.start(bare).reach(2) is None, schema
