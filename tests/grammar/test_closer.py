@@ -137,9 +137,40 @@ def test_the_cheapest_branch_closes_an_object_first():
 @pytest.mark.parametrize("prefix, head", [
     (b'"a\\', b'\\"'),  # an escaped backslash, then the quote
     (b'"a\\u00', b'41"'),  # \u0041, then the quote
+    (b'"a\\uda', b'00\\udc00"'),  # a high surrogate's digits, then its low surrogate
+    (b'"a\\uD83D\\', b'udc00"'),  # the rest of the low surrogate
+    (b'"a\\uD83D\\uDE', b'00"'),
     ('"é'.encode()[:2], b'\x80"'),  # the first valid continuation byte, then the quote
 ])  # fmt: skip
 def test_a_character_or_escape_left_open_is_finished_before_the_closing(prefix, head):
     cursor = JsonCursor.start({"type": "string"}).feed(prefix)
     closing = next(cursor.each_closing_bytes())
     assert closing == head and json.loads(prefix + closing) is not None
+
+
+def test_a_surrogate_pair_s_escapes_are_one_character_and_a_lone_surrogate_breaks_the_text():
+    """hf_fvo's JSON strings spell a character above U+FFFF as two escapes, high then low, and
+    refuse a lone surrogate (llguidance's lexemes alike): the cursor reads the pair as one
+    character, finishes a begun pair with its low surrogate (a high one alone is no closing:
+    Snowplow sp_305's drawn instances lost ``\\uda`` at any budget), and stops where a text
+    leaves a surrogate alone."""
+    node = {"type": "string", "maxLength": 2}
+    start = JsonCursor.start(node)
+    assert start.feed(b'"\\ud83d\\ude00x').string_value == ("\U0001f600x", (node,))
+    for lone in (b'"\\ud83d"', b'"\\ud83dx', b'"\\ud83d\\n', b'"\\ud83d\\u0041', b'"\\ude00'):
+        assert start.feed(lone) is None, lone
+    for begun in (b'"\\ud8', b'"\\uDBFF', b'"\\ud83d\\u', b'"\\udb40\\uDc'):
+        closing = next(start.feed(begun).each_closing_bytes())
+        assert len(json.loads(begun + closing)) == 1, (begun, closing)
+
+
+def test_an_escape_s_digits_are_finished_in_the_fewest_tokens_the_cost_counts():
+    """Where the closings' cost counts a vocabulary's tokens, an escape's digits are finished
+    with the cheapest hex that is no surrogate (SmolLM2 spells ``ffff`` in one token and
+    ``0041`` in four: a member ``\\u00ed`` at exactly its own budget was refused after ``\\``
+    and ``u``, the closing three tokens longer than the member's rest)."""
+    cost = {"ffff": 1, "ff": 1, "fff": 1}.get
+    cursor = JsonCursor.start({"type": "string"}, cost=lambda text: cost(text, len(text)))
+    assert next(cursor.feed(b'"\\u').each_closing_bytes()) == b'ffff"'
+    assert next(cursor.feed(b'"\\ud').each_closing_bytes()) == b'000"'  # (\udfff: a surrogate)
+    assert next(JsonCursor.start({"type": "string"}).feed(b'"\\u').each_closing_bytes()) == b'0041"'

@@ -68,12 +68,12 @@ def _json_byte_table() -> np.ndarray:
     return table
 
 
-def _string_byte_table() -> tuple[np.ndarray, dict[int, bytes]]:
+def _string_byte_table() -> tuple[np.ndarray, dict[int, tuple[bytes, ...]]]:
     """The characters of hf_fvo's free JSON string (``schema.lark.CHAR_REGEX``): UTF-8 (states
     0–7) without ``"``, the backslash and the controls, and its escapes: 8 after a backslash,
     9 after ``\\u``, 10 after ``\\u[dD]``, 11–13 with 3–1 hex digits to go, 14–16 a high
     surrogate with 2–0 to go, then its low one's 17 ``\\``, 18 ``u``, 19 ``[dD]``; and per
-    escape state the fewest bytes back to a character boundary."""
+    escape state the fewest bytes back to a character boundary, in a few spellings."""
     table = np.full((STRING_STATES, 256), -1, dtype=np.int8)
     table[:8] = _utf8_byte_table()
     table[0, :0x20] = table[0, ord('"')] = -1
@@ -94,17 +94,24 @@ def _string_byte_table() -> tuple[np.ndarray, dict[int, bytes]]:
     table[18, ord("d")] = table[18, ord("D")] = 19
     for c in b"cdefCDEF":
         table[19, c] = 12
-    low = b"\\udc00"
-    fills = {8: b"n", 9: b"0000", 10: b"000", 11: b"000", 12: b"00", 13: b"0", 14: b"00" + low,
-             15: b"0" + low, 16: low, 17: low[1:], 18: low[2:], 19: low[3:]}  # fmt: skip
-    return table, fills
+    # (several per state: a vocabulary may spell ``ffff`` in one token, ``0000`` in four)
+    hexes = [b"0", b"f", b"a"]
+    lows = [b"\\udc00", b"\\udfff", b"\\udcaa"]
+    fills = {8: [b"n"], 9: [c * 4 for c in hexes], 10: [b"000", b"7ff", b"0aa"],
+             **{s: [c * (14 - s) for c in hexes] for s in (11, 12, 13)},
+             **{s: [c * (16 - s) + low for c in hexes for low in lows] for s in (14, 15)},
+             16: lows, **{s: [low[s - 16 :] for low in lows] for s in (17, 18, 19)}}  # fmt: skip
+    return table, {state: tuple(dict.fromkeys(texts)) for state, texts in fills.items()}
 
 
-def string_content(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray, dict[int, bytes]]:
+def string_content(
+    vocab: TokenVocabulary,
+) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[bytes, ...]]]:
     """Per token, read from a character boundary inside one of hf_fvo's JSON string lexemes:
     the state of :func:`_string_byte_table` after its bytes (−1 where they cannot stand there:
     a ``"``, a control, a bad escape, broken UTF-8; 0: it ends on a boundary) and how many
-    characters it begins; and per escape state the fewest bytes that finish the escape.
+    characters it begins; and per escape state the fewest bytes that finish the escape (a few
+    spellings of them: the fewest tokens depend on the vocabulary).
 
     Example:
         >>> from hf_fvo.grammar import TokenVocabulary
@@ -112,7 +119,7 @@ def string_content(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray, dict
         >>> vocab = TokenVocabulary([b"a\\\\n", b"b\\\\", b'"', None], [3])
         >>> after, chars, fills = string_content(vocab)
         >>> after.tolist(), chars.tolist(), fills[8]  # "a\\n": two characters; "b\\": open
-        ([0, 8, -1, -1], [2, 2, 0, 0], b'n')
+        ([0, 8, -1, -1], [2, 2, 0, 0], (b'n',))
     """
     table, fills = _string_byte_table()
     lengths, padded = _padded(vocab)

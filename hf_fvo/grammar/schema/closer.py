@@ -654,8 +654,9 @@ class JsonCursor:
         if lexeme is None or not lexeme.escape:
             yield from (head + text.encode() for text in cursor.each_closing())
             return
-        for fill in _escape_fills(lexeme.escape):  # (one a grammar's spelling admits: the
-            # parser verifies each; JSON mode's canonical strings refuse `\u0041`, take `\u0000`)
+        # (one a grammar's spelling admits: the parser verifies each; JSON mode's canonical
+        # strings refuse `\u0041`, take `\u0000`)
+        for fill in _escape_fills(lexeme.escape, cursor._schema.cost):
             ended = cursor.feed(fill.encode())
             if (
                 ended is not None
@@ -821,18 +822,7 @@ def _lexed(lexeme: _Lexeme, c: str, stack: list[_Frame]) -> tuple[Any, bool]:
     that is not its own, which is then read as structure)."""
     if lexeme.kind == "s":
         if lexeme.escape:
-            escape = lexeme.escape + c
-            if len(escape) == 2 and c != "u":
-                if c not in '"\\/bfnrt':
-                    return _BROKEN, True
-                return lexeme._replace(text=lexeme.text + json.loads(f'"{escape}"'),
-                                       escape=""), True  # fmt: skip
-            if len(escape) > 2 and c not in "0123456789abcdefABCDEF":
-                return _BROKEN, True
-            if len(escape) == 6:
-                return lexeme._replace(text=lexeme.text + chr(int(escape[2:], 16)),
-                                       escape=""), True  # fmt: skip
-            return lexeme._replace(escape=escape), True
+            return _escaped_further(lexeme, lexeme.escape + c), True
         if c == "\\":
             return lexeme._replace(escape="\\"), True
         if c == '"':
@@ -854,6 +844,35 @@ def _lexed(lexeme: _Lexeme, c: str, stack: list[_Frame]) -> tuple[Any, bool]:
     if text == target:
         return (None if _valued(stack) else _BROKEN), True
     return lexeme._replace(text=text), True
+
+
+def _escaped_further(lexeme: _Lexeme, escape: str) -> Any:
+    """The string lexeme once its escape reads ``escape``: a short escape or ``\\uXXXX`` ends
+    in its character; a high surrogate's escape goes on to its low one's (``\\uD83D\\uDE00``,
+    one character), as every JSON string of hf_fvo's grammars spells it; a lone surrogate
+    breaks the text (the grammars refuse it)."""
+    size, c = len(escape), escape[-1]
+    if size == 2 and c != "u":
+        if c not in '"\\/bfnrt':
+            return _BROKEN
+        return lexeme._replace(text=lexeme.text + json.loads(f'"{escape}"'), escape="")
+    if (size == 7 and c != "\\") or (size == 8 and c != "u"):
+        return _BROKEN
+    if size > 2 and size not in (7, 8) and c not in "0123456789abcdefABCDEF":
+        return _BROKEN
+    if size == 6:
+        code = int(escape[2:], 16)
+        if 0xDC00 <= code < 0xE000:
+            return _BROKEN
+        if code < 0xD800 or code >= 0xE000:
+            return lexeme._replace(text=lexeme.text + chr(code), escape="")
+    if size == 12:
+        high, low = int(escape[2:6], 16), int(escape[8:], 16)
+        if not 0xDC00 <= low < 0xE000:
+            return _BROKEN
+        code = 0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00)
+        return lexeme._replace(text=lexeme.text + chr(code), escape="")
+    return lexeme._replace(escape=escape)
 
 
 def _valued(stack: list[_Frame]) -> bool:
@@ -926,17 +945,38 @@ def _matches(pattern: str, text: str) -> bool | None:
         return None
 
 
-def _escape_fills(escape: str) -> list[str]:
+_HEX_FILLS = ("0041", "0000", "0061", "ffff", "aaaa", "face", "feed")
+
+
+def _escape_fills(escape: str, cost: Callable[[str], int] | None = None) -> list[str]:
     """What may finish a begun escape (``\\`` or ``\\u`` and some hex digits), most likely
     first: a backslash escaped, or the digits of ``\\u0041`` (``A``: a free string's or a
     pattern's letter), ``\\u0000`` (a control character: the one way canonical JSON escapes
-    with ``\\u``) or ``\\u0061`` (``a``) that the digits written do not contradict (else
-    zeros)."""
+    with ``\\u``), ``\\u0061`` (``a``) or a few codes of hex letters that the digits written
+    do not contradict, else the rest as one repeated digit or letter, never a surrogate; a high
+    surrogate's digits finished with zeros, then the low surrogate ``\\uDC00`` (what is left
+    of it). With ``cost`` (tokens a text takes), the cheapest first (a vocabulary may spell
+    ``ffff`` in one token and ``0041`` in four).
+
+    Example:
+        >>> from hf_fvo.grammar.schema.closer import _escape_fills
+        >>> _escape_fills(r"\\u00")[:3], _escape_fills(r"\\uda"), _escape_fills(r"\\ud83d\\ud")
+        (['41', '00', '61'], ['00\\\\udc00'], ['c00'])
+        >>> _escape_fills(r"\\ud")  # (``\\udfff`` is a surrogate)
+        ['000']
+    """
     if escape == "\\":
         return ["\\"]
+    if len(escape) >= 6:  # (a high surrogate written: its low one's rest)
+        return ["\\udc00"[len(escape) - 6 :]]
     digits = escape[2:]
-    fills = [code[len(digits) :] for code in ("0041", "0000", "0061") if code.startswith(digits)]
-    return fills or ["0" * (4 - len(digits))]
+    if len(digits) >= 2 and digits[0] in "dD" and digits[1] in "89abAB":
+        return ["0" * (4 - len(digits)) + "\\udc00"]
+    rest = 4 - len(digits)
+    fills = [code[len(digits) :] for code in _HEX_FILLS if code.startswith(digits)]
+    fills += [c * rest for c in "0fa"]
+    fills = [f for f in dict.fromkeys(fills) if not 0xD800 <= int(digits + f, 16) < 0xE000]
+    return fills if cost is None else sorted(fills, key=cost)
 
 
 def _utf8_fill(pending: bytes) -> bytes | None:
