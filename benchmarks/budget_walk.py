@@ -17,7 +17,8 @@ set is computed anew): p50, p99 and max, and the slowest task.
 instances hypothesis-jsonschema drew from the JSONSchemaBench development file
 (``draw_instances.py``: data nobody here wrote, first checked to be members), both compact at
 the instance's tokens + 1 + ``--slack`` (or, ``--double``, twice its tokens;
-``--open-objects``: ``strict=False``).
+``--open-objects``: ``strict=False``; ``--ascii``: spelled as ``json.dumps`` writes by
+default, every character outside ASCII a ``\\u`` escape).
 
 Usage:
     python benchmarks/budget_walk.py --suite transcribe --layout pretty --write
@@ -48,9 +49,7 @@ def walk_task(task: dict, tokenizer, layout: str, limit_s: float, lost: bool = F
     pretty = layout == "pretty"
     g = Grammar.from_json_schema(schema, tokenizer, whitespace="pretty" if pretty else "",
                                  strict=task.get("strict", True))  # fmt: skip
-    text = json.dumps(in_schema_order(data, schema), ensure_ascii=False,
-                      indent=4 if pretty else None,
-                      separators=None if pretty else (",", ":"))  # fmt: skip
+    text = spelled(data, schema, pretty, task.get("ascii", False))
     ids = tokenizer.encode(text)
     if task.get("check_member"):  # (a drawn instance: the grammar may not admit it at all)
         end = g.walk(ids)
@@ -100,7 +99,16 @@ def unbounded_lost(g, state, remaining: int, admitted) -> int:
     return int(np.count_nonzero(full & (keep ^ 1)))
 
 
-def maskbench_tasks(tokenizer, slack: int, files: int | None) -> list[dict]:
+def spelled(data, schema: dict, pretty: bool = False, ascii: bool = False) -> str:
+    """``data`` as JSON in ``schema``'s key order: compact or indented by four; with ``ascii``,
+    as ``json.dumps`` writes by default (every character outside ASCII a ``\\uXXXX`` escape, a
+    surrogate pair above U+FFFF)."""
+    return json.dumps(in_schema_order(data, schema), ensure_ascii=ascii,
+                      indent=4 if pretty else None,
+                      separators=None if pretty else (",", ":"))  # fmt: skip
+
+
+def maskbench_tasks(tokenizer, slack: int, files: int | None, ascii: bool = False) -> list[dict]:
     """MaskBench's valid instances as walk tasks: compact JSON in the schema's key order, the
     budget the instance's tokens plus EOS plus ``slack`` (0: exactly what the answer needs)."""
     tasks = []
@@ -108,15 +116,16 @@ def maskbench_tasks(tokenizer, slack: int, files: int | None) -> list[dict]:
         for case in row["tests"]:
             if not case["valid"]:
                 continue
-            text = json.dumps(in_schema_order(case["data"], row["schema"]), ensure_ascii=False,
-                              separators=(",", ":"))  # fmt: skip
+            text = spelled(case["data"], row["schema"], ascii=ascii)
             tasks.append({"name": row["description"], "schema": json.dumps(row["schema"]),
-                          "instance": json.dumps(case["data"]),
+                          "instance": json.dumps(case["data"]), "ascii": ascii,
                           "max_new_tokens": len(tokenizer.encode(text)) + 1 + slack})  # fmt: skip
     return tasks
 
 
-def drawn_tasks(tokenizer, slack: int, double: bool, strict: bool) -> list[dict]:
+def drawn_tasks(
+    tokenizer, slack: int, double: bool, strict: bool, ascii: bool = False
+) -> list[dict]:
     """The instances ``draw_instances.py`` drew from the JSONSchemaBench development file, as
     walk tasks like MaskBench's (compact, the schema's key order), each first checked to be a
     member of the grammar (with ``strict=True`` an open object's extra key is not)."""
@@ -127,11 +136,10 @@ def drawn_tasks(tokenizer, slack: int, double: bool, strict: bool) -> list[dict]
     tasks = []
     for row in map(json.loads, (ROOT / "benchmarks" / "data" / "drawn_instances.jsonl").open()):
         schema, data = schemas[row["source"], row["name"]], json.loads(row["instance"])
-        text = json.dumps(in_schema_order(data, schema), ensure_ascii=False,
-                          separators=(",", ":"))  # fmt: skip
-        n = len(tokenizer.encode(text))
+        n = len(tokenizer.encode(spelled(data, schema, ascii=ascii)))
         tasks.append({"name": f"{row['source']}---{row['name']}", "schema": json.dumps(schema),
                       "instance": row["instance"], "check_member": True, "strict": strict,
+                      "ascii": ascii,
                       "max_new_tokens": 2 * n if double else n + 1 + slack})  # fmt: skip
     return tasks
 
@@ -155,6 +163,9 @@ def main() -> None:
     parser.add_argument("--open-objects", action="store_true",
                         help="drawn: strict=False (the spec's language: an object admits "
                              "keys its schema does not list)")  # fmt: skip
+    parser.add_argument("--ascii", action="store_true",
+                        help="maskbench, drawn: spelled as json.dumps writes by default (every "
+                             "character outside ASCII escaped)")  # fmt: skip
     parser.add_argument("--files", type=int, default=None, help="maskbench: the first N files")
     parser.add_argument("--every", type=int, default=1,
                         help="every N-th task only (a quicker sample, e.g. for interleaved "
@@ -168,9 +179,10 @@ def main() -> None:
     args = parser.parse_args()
     tokenizer = load_default_tokenizer()
     if args.suite == "maskbench":
-        tasks = maskbench_tasks(tokenizer, args.slack, args.files)
+        tasks = maskbench_tasks(tokenizer, args.slack, args.files, args.ascii)
     elif args.suite == "drawn":
-        tasks = drawn_tasks(tokenizer, args.slack, args.double, not args.open_objects)
+        tasks = drawn_tasks(tokenizer, args.slack, args.double, not args.open_objects,
+                            args.ascii)  # fmt: skip
     else:
         path = ROOT / "hf_fvo" / "eval" / "suites" / "tasks" / f"{args.suite}.jsonl"
         tasks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -189,6 +201,7 @@ def main() -> None:
     refused = [r for r in rows if r["refused"] is not None]
     slowest = max(rows, key=lambda r: sum(r["steps"]))
     budget_note = ", strict=False" if args.open_objects else ""
+    budget_note += ", ASCII escapes" if args.ascii else ""
     budget_note += (", budget = twice the tokens" if args.suite == "drawn" and args.double
                    else f", budget = tokens + 1 + {args.slack}"
                    if args.suite in ("maskbench", "drawn") else "")  # fmt: skip

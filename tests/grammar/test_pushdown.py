@@ -258,12 +258,39 @@ def test_the_string_content_automaton_reads_the_string_lexemes_characters(text):
     state, count = int(after[0]), int(chars[0])
     if state == 0:
         assert whole.fullmatch(text) and count == len(re.findall(CHAR_REGEX, text))
-    elif state >= 8:  # inside an escape: each of its fills finishes it
-        for fill in fills[state]:
-            done = text + fill.decode()
-            assert whole.fullmatch(done) and count == len(re.findall(CHAR_REGEX, done))
+    elif state >= 8:  # inside an escape: the fill finishes it
+        done = text + fills[state].decode()
+        assert whole.fullmatch(done) and count == len(re.findall(CHAR_REGEX, done))
     elif state > 0:  # inside a UTF-8 character: not reachable from whole code points
         pytest.fail("a str's bytes end on a character boundary")
     else:  # rejected: a quote, a control, a bad escape — every continuation fails too
-        ends = [fill.decode() for each in fills.values() for fill in each] + ["", "\\udc00"]
+        ends = [fill.decode() for fill in fills.values()] + ["", "0000", "\\udc00"]
         assert not any(whole.fullmatch(text + end) for end in ends)
+
+
+def test_a_begun_escape_is_finished_in_the_fewest_of_the_vocabulary_s_tokens(smol_tokenizer):
+    """The string certificate finishes a token that ends inside an escape with the fewest
+    tokens the vocabulary spells it in (SmolLM2 writes ``\\u00ed``'s rest ``00ed`` in three
+    tokens, ``0000`` in four and ``face`` in one: with ``0000`` a drawn member spelled with
+    ``json.dumps``' default ASCII escapes lost its ``\\u`` at exactly its own budget): per
+    escape state, the fill finishes the escape as one character, in no more tokens than the
+    fewest bytes would take, and a high surrogate's with its low one."""
+    import re
+
+    from hf_fvo.grammar.pushdown.engine import PushdownTokenizer
+    from hf_fvo.grammar.pushdown.utf8 import _FILLS, content_state, string_content
+    from hf_fvo.grammar.schema.lark import CHAR_REGEX
+
+    vocab = TokenVocabulary.from_tokenizer(smol_tokenizer)
+    fewest = PushdownTokenizer(vocab).completer.fewest_tokens
+    _, _, fills = string_content(vocab)
+    begun = [b"\\", b"\\u", b"\\ud", b"\\u1", b"\\u12", b"\\u123", b"\\udA", b"\\udA3",
+             b"\\udA3f", b"\\udA3f\\", b"\\udA3f\\u", b"\\udA3f\\uD"]  # fmt: skip
+    for prefix in begun:
+        state = content_state(prefix)
+        assert state >= 8, prefix
+        done = (prefix + fills[state]).decode()
+        assert re.fullmatch(CHAR_REGEX, done), (prefix, fills[state])
+        assert len(fewest(fills[state])) <= len(fewest(_FILLS[state])), prefix
+    assert sorted(content_state(prefix) for prefix in begun) == list(range(8, 20))
+    assert len(fewest(fills[content_state(b"\\u")])) == 1

@@ -50,7 +50,7 @@ from hf_fvo.grammar.pushdown.engine import (
     probe_definition,
 )
 from hf_fvo.grammar.pushdown.state import PushdownState
-from hf_fvo.grammar.pushdown.utf8 import STRING_STATES
+from hf_fvo.grammar.pushdown.utf8 import STRING_STATES, content_state
 
 __all__ = ["CertifiedBudget"]
 
@@ -1105,7 +1105,7 @@ class CertifiedBudget:
             cursors.clear()
         start = cursors.get(())
         if start is None:
-            start = cursors[()] = self._closer(cost=self._cost)
+            start = cursors[()] = self._closer(cost=self._cost, finish=self._finish)
         parent = cursors.get(path[:-1]) if path else None
         if parent is not None:
             cursor = parent.feed(self._vocab.token_bytes[path[-1]])
@@ -1119,6 +1119,13 @@ class CertifiedBudget:
         """Tokens a closing's value takes (its fewest; unspellable: past any room)."""
         found = self._fewest(text.encode())
         return len(text) + (1 << 16) if found is None else len(found)
+
+    def _finish(self, escape: str) -> str | None:
+        """The text that finishes a begun escape in the fewest tokens (in a free string: the
+        string content automaton's fill; ``None`` where it has none)."""
+        state = content_state(escape.encode())
+        fill = self._tokenizer.content_fill.get(state) if state >= 8 else None
+        return None if fill is None else self._text(fill).decode()
 
     def _fewest(self, text: bytes) -> tuple[int, ...] | None:
         """:meth:`fewest_tokens` of ``text``, kept (closings share their texts)."""

@@ -273,11 +273,10 @@ class PushdownTokenizer:
         if self._content_table is None:
             after, chars, escapes = string_content(self.vocab)
             fill = dict(self.completer.fill)  # UTF-8: continuation bytes
-            for state, texts in escapes.items():
-                spellings = [self.completer.fewest_tokens(text) for text in texts]
-                found = [spelled for spelled in spellings if spelled is not None]
-                if found:
-                    fill[state] = min(found, key=len)  # (the first of the fewest)
+            for state, text in escapes.items():  # (each the fewest tokens' text)
+                spelled = self.completer.fewest_tokens(text)
+                if spelled is not None:
+                    fill[state] = spelled
             # small integer types: the budget rule reads them over the whole vocabulary
             self._content_table = (after.astype(np.int8), chars.astype(np.uint8), fill)
         return self._content_table

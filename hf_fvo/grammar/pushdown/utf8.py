@@ -18,7 +18,7 @@ import numpy as np
 
 from hf_fvo.grammar.vocabulary import TokenVocabulary
 
-__all__ = ["STRING_STATES", "json_text_tables", "string_content", "utf8_tables"]
+__all__ = ["STRING_STATES", "content_state", "json_text_tables", "string_content", "utf8_tables"]
 
 STRING_STATES = 20  # of the string-content automaton (_string_byte_table)
 
@@ -68,12 +68,11 @@ def _json_byte_table() -> np.ndarray:
     return table
 
 
-def _string_byte_table() -> tuple[np.ndarray, dict[int, tuple[bytes, ...]]]:
+def _string_byte_table() -> np.ndarray:
     """The characters of hf_fvo's free JSON string (``schema.lark.CHAR_REGEX``): UTF-8 (states
     0–7) without ``"``, the backslash and the controls, and its escapes: 8 after a backslash,
     9 after ``\\u``, 10 after ``\\u[dD]``, 11–13 with 3–1 hex digits to go, 14–16 a high
-    surrogate with 2–0 to go, then its low one's 17 ``\\``, 18 ``u``, 19 ``[dD]``; and per
-    escape state the fewest bytes back to a character boundary, in a few spellings."""
+    surrogate with 2–0 to go, then its low one's 17 ``\\``, 18 ``u``, 19 ``[dD]``."""
     table = np.full((STRING_STATES, 256), -1, dtype=np.int8)
     table[:8] = _utf8_byte_table()
     table[0, :0x20] = table[0, ord('"')] = -1
@@ -94,35 +93,72 @@ def _string_byte_table() -> tuple[np.ndarray, dict[int, tuple[bytes, ...]]]:
     table[18, ord("d")] = table[18, ord("D")] = 19
     for c in b"cdefCDEF":
         table[19, c] = 12
-    # (several per state: a vocabulary may spell ``ffff`` in one token, ``0000`` in four)
-    hexes = [b"0", b"f", b"a"]
-    lows = [b"\\udc00", b"\\udfff", b"\\udcaa"]
-    fills = {8: [b"n"], 9: [c * 4 for c in hexes], 10: [b"000", b"7ff", b"0aa"],
-             **{s: [c * (14 - s) for c in hexes] for s in (11, 12, 13)},
-             **{s: [c * (16 - s) + low for c in hexes for low in lows] for s in (14, 15)},
-             16: lows, **{s: [low[s - 16 :] for low in lows] for s in (17, 18, 19)}}  # fmt: skip
-    return table, {state: tuple(dict.fromkeys(texts)) for state, texts in fills.items()}
+    return table
 
 
-def string_content(
-    vocab: TokenVocabulary,
-) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[bytes, ...]]]:
+_STRING_TABLE = _string_byte_table()
+
+
+def _escape_fills(
+    table: np.ndarray, lengths: np.ndarray, padded: np.ndarray, token_bytes: list
+) -> dict[int, bytes]:
+    """Per escape state of ``table`` (8 and up), the text of the fewest tokens that finish the
+    escape and nothing more (every byte but the last inside it, the last back on a character
+    boundary); among as few, fewer bytes, then the lower ids. Where no tokens finish it, the
+    fewest bytes that do (:data:`_FILLS`)."""
+    escapes = range(8, len(table))
+    edges: dict[int, dict[int, int]] = {}  # state → {state after: its token with fewest bytes}
+    for begin in escapes:
+        state = np.full(len(lengths), begin, dtype=np.int8)
+        for pos in range(padded.shape[1]):
+            live = (pos < lengths) & (state >= 0)
+            state[live & (state == 0)] = -1  # (a boundary before its last byte: more written)
+            live &= state > 0
+            state[live] = table[state[live], padded[live, pos]]
+        ids = np.flatnonzero((lengths > 0) & ((state == 0) | (state >= 8)))
+        ids = ids[np.lexsort((ids, lengths[ids]))]  # (fewer bytes, then lower ids, first)
+        after = state[ids]
+        edges[begin] = {int(to): int(ids[np.argmax(after == to)]) for to in np.unique(after)}
+    # fewest tokens to a boundary, then fewest bytes (rounds: an escape is 12 bytes at most)
+    best: dict[int, tuple[int, int, tuple[int, ...]]] = {0: (0, 0, ())}  # state → (n, bytes, ids)
+    for _ in escapes:
+        for begin in escapes:
+            for to, y in edges[begin].items():
+                if to in best:
+                    n, size, rest = best[to]
+                    found = (n + 1, size + int(lengths[y]), (y, *rest))
+                    if begin not in best or found[:2] < best[begin][:2]:
+                        best[begin] = found
+    found = {state: b"".join(token_bytes[t] for t in ids)
+             for state, (_, _, ids) in best.items() if state}  # fmt: skip
+    return {**_FILLS, **found}
+
+
+_LOW = b"\\udc00"
+# the fewest bytes that finish each escape state (where a vocabulary's tokens do not)
+_FILLS = {8: b"n", 9: b"0000", 10: b"000", 11: b"000", 12: b"00", 13: b"0", 14: b"00" + _LOW,
+          15: b"0" + _LOW, 16: _LOW, 17: _LOW[1:], 18: _LOW[2:], 19: _LOW[3:]}  # fmt: skip
+
+
+def string_content(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray, dict[int, bytes]]:
     """Per token, read from a character boundary inside one of hf_fvo's JSON string lexemes:
     the state of :func:`_string_byte_table` after its bytes (−1 where they cannot stand there:
     a ``"``, a control, a bad escape, broken UTF-8; 0: it ends on a boundary) and how many
-    characters it begins; and per escape state the fewest bytes that finish the escape (a few
-    spellings of them: the fewest tokens depend on the vocabulary).
+    characters it begins; and per escape state a text that finishes the escape in the fewest
+    of the vocabulary's tokens (SmolLM2 writes ``ffff`` in one, ``0000`` in four).
 
     Example:
         >>> from hf_fvo.grammar import TokenVocabulary
         >>> from hf_fvo.grammar.pushdown.utf8 import string_content
         >>> vocab = TokenVocabulary([b"a\\\\n", b"b\\\\", b'"', None], [3])
         >>> after, chars, fills = string_content(vocab)
-        >>> after.tolist(), chars.tolist(), fills[8]  # "a\\n": two characters; "b\\": open
-        ([0, 8, -1, -1], [2, 2, 0, 0], (b'n',))
+        >>> after.tolist(), chars.tolist(), fills[8]  # "a\\n": two characters; "b\\": open;
+        ... # (\\" finishes an escape begun)
+        ([0, 8, -1, -1], [2, 2, 0, 0], b'"')
     """
-    table, fills = _string_byte_table()
+    table = _STRING_TABLE
     lengths, padded = _padded(vocab)
+    fills = _escape_fills(table, lengths, padded, vocab.token_bytes)
     state = np.zeros(len(vocab), dtype=np.int8)
     chars = np.zeros(len(vocab), dtype=np.int64)
     for pos in range(padded.shape[1]):
@@ -131,6 +167,24 @@ def string_content(
         state[live] = table[state[live], padded[live, pos]]
     after = np.where((state >= 0) & (lengths > 0), state.astype(np.int64), -1)
     return after, np.where(after >= 0, chars, 0), fills
+
+
+def content_state(data: bytes) -> int:
+    """The state of :func:`_string_byte_table` after ``data`` read from a character boundary
+    inside a string lexeme (−1 where it cannot stand there), as :func:`string_content` reads
+    a token.
+
+    Example:
+        >>> from hf_fvo.grammar.pushdown.utf8 import content_state
+        >>> content_state(b"ab"), content_state(b"\\u"), content_state(b'"')
+        (0, 9, -1)
+    """
+    table, state = _STRING_TABLE, 0
+    for byte in data:
+        state = int(table[state, byte])
+        if state < 0:
+            break
+    return state
 
 
 def json_text_tables(vocab: TokenVocabulary) -> tuple[np.ndarray, np.ndarray]:

@@ -74,9 +74,15 @@ class _Lexeme(NamedTuple):
 class _Schema:
     """The schema's alternatives per node and its shortest values, computed once per node."""
 
-    def __init__(self, root: Any, cost: Callable[[str], int] | None = None) -> None:
+    def __init__(
+        self,
+        root: Any,
+        cost: Callable[[str], int] | None = None,
+        finish: Callable[[str], str | None] | None = None,
+    ) -> None:
         self.root = root
         self.cost = cost or (lambda text: len(text.encode()))
+        self.finish = finish
         self.defs = definitions_of(root)
         self.kept: dict[int, tuple[Any, tuple[Any, ...]]] = {}  # id → (node, alternatives)
         self.cheapest: dict[int, tuple[Any, str | None]] = {}  # id → (node, cheapest text)
@@ -540,10 +546,17 @@ class JsonCursor:
         return pattern_states(next(iter(patterns)), text)
 
     @classmethod
-    def start(cls, root: Any, cost: Callable[[str], int] | None = None) -> JsonCursor:
+    def start(
+        cls,
+        root: Any,
+        cost: Callable[[str], int] | None = None,
+        finish: Callable[[str], str | None] | None = None,
+    ) -> JsonCursor:
         """The cursor before any text of a (prepared) schema's members; ``cost(text)`` ranks
-        the values it may write (the fewest tokens; by default, bytes)."""
-        schema = _Schema(root, cost)
+        the values it may write (the fewest tokens; by default, bytes); ``finish(escape)``,
+        where given, is the cheapest text that finishes a begun escape in a free string (a
+        vocabulary's: tried before the closer's own, :func:`_escape_fills`)."""
+        schema = _Schema(root, cost, finish)
         return cls(schema, (_Frame("r", schema.alternatives(root), (), None, 0, "value"),), None,
                    b"")  # fmt: skip
 
@@ -656,7 +669,10 @@ class JsonCursor:
             return
         # (one a grammar's spelling admits: the parser verifies each; JSON mode's canonical
         # strings refuse `\u0041`, take `\u0000`)
-        for fill in _escape_fills(lexeme.escape, cursor._schema.cost):
+        schema = cursor._schema
+        fills = _escape_fills(lexeme.escape, schema.cost)
+        cheapest = None if schema.finish is None else schema.finish(lexeme.escape)
+        for fill in fills if cheapest is None else dict.fromkeys([cheapest, *fills]):
             ended = cursor.feed(fill.encode())
             if (
                 ended is not None
