@@ -15,6 +15,7 @@ rule's miss, not the bound's.
 Usage (from the repository root):
     python benchmarks/budget_reach.py --every 3 --write
     python benchmarks/budget_reach.py --suite drawn --every 1 --write
+    python benchmarks/budget_reach.py --suite drawn --every 1 --ascii --write
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import json
 from collections import Counter
 
 import numpy as np
-from budget_walk import drawn_tasks, in_schema_order, maskbench_tasks
+from budget_walk import drawn_tasks, maskbench_tasks, spelled
 from harness import provenance, publish
 
 from hf_fvo import Grammar
@@ -36,6 +37,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="maskbench", choices=["maskbench", "drawn"])
     ap.add_argument("--every", type=int, default=3, help="every N-th valid instance")
+    ap.add_argument("--ascii", action="store_true",
+                    help="spelled as json.dumps writes by default (every character outside "
+                         "ASCII a \\u escape)")  # fmt: skip
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     tok = load_default_tokenizer()
@@ -45,8 +49,7 @@ def main() -> None:
         tok, 0, False, True)  # fmt: skip
     for task in tasks[:: args.every]:
         schema = json.loads(task["schema"])
-        text = json.dumps(in_schema_order(json.loads(task["instance"]), schema),
-                          ensure_ascii=False, separators=(",", ":"))  # fmt: skip
+        text = spelled(json.loads(task["instance"]), schema, ascii=args.ascii)
         try:
             g = Grammar.from_json_schema(schema, tok, whitespace="")
         except GrammarError:
@@ -76,20 +79,22 @@ def main() -> None:
                             counts["... each with a completion that fits (the rule's miss)"] += 1
                         else:
                             counts["... a token with none found (the bound unconfirmed)"] += 1
-                        spelled = [tok.decode([z]) for z in missed[:4]]
+                        written = [tok.decode([z]) for z in missed[:4]]
                         lost.append(f"{task['name']}: after {tok.decode(list(state._path))[-30:]!r}"
-                                    f" drops {spelled}")  # fmt: skip
+                                    f" drops {written}")  # fmt: skip
             state = g.next_state(state, y)
             if state is None:
                 counts["instances the grammar stops"] += 1
                 break
     lines = [
-        f"## Budget rule: each state's own bound against the rule ({args.suite})",
+        f"## Budget rule: each state's own bound against the rule ({args.suite}"
+        f"{', ASCII escapes' if args.ascii else ''})",
         "",
         provenance("torch", "transformers", "llguidance"),
         "",
         f"One valid instance in {args.every} ({args.suite}), SmolLM2's tokens, compact JSON in "
-        "the schema's key order; the rule at exactly the bound's room at each bounded state.",
+        f"the schema's key order{' (ASCII escapes)' if args.ascii else ''}; the rule at "
+        "exactly the bound's room at each bounded state.",
         "",
         "| count | value |",
         "|---|---|",
