@@ -15,8 +15,9 @@ set is computed anew): p50, p99 and max, and the slowest task.
 
 ``--suite maskbench`` walks MaskBench's valid instances instead, ``--suite drawn`` the
 instances hypothesis-jsonschema drew from the JSONSchemaBench development file
-(``draw_instances.py``: data nobody here wrote, first checked to be members), both compact at
-the instance's tokens + 1 + ``--slack`` (or, ``--double``, twice its tokens;
+(``draw_instances.py``: data nobody here wrote, first checked to be members), both compact
+(or ``--layout pretty``) at the instance's tokens + 1 + ``--slack`` (or, ``--double``, twice
+its tokens;
 ``--open-objects``: ``strict=False``; ``--ascii``: spelled as ``json.dumps`` writes by
 default, every character outside ASCII a ``\\u`` escape).
 
@@ -108,15 +109,18 @@ def spelled(data, schema: dict, pretty: bool = False, ascii: bool = False) -> st
                       separators=None if pretty else (",", ":"))  # fmt: skip
 
 
-def maskbench_tasks(tokenizer, slack: int, files: int | None, ascii: bool = False) -> list[dict]:
-    """MaskBench's valid instances as walk tasks: compact JSON in the schema's key order, the
-    budget the instance's tokens plus EOS plus ``slack`` (0: exactly what the answer needs)."""
+def maskbench_tasks(
+    tokenizer, slack: int, files: int | None, ascii: bool = False, pretty: bool = False
+) -> list[dict]:
+    """MaskBench's valid instances as walk tasks: JSON in the schema's key order, the budget
+    the instance's tokens (as the walk spells it) plus EOS plus ``slack`` (0: exactly what the
+    answer needs)."""
     tasks = []
     for row in [json.loads(line) for line in MASKBENCH.open()][:files]:
         for case in row["tests"]:
             if not case["valid"]:
                 continue
-            text = spelled(case["data"], row["schema"], ascii=ascii)
+            text = spelled(case["data"], row["schema"], pretty, ascii)
             tasks.append({"name": row["description"], "schema": json.dumps(row["schema"]),
                           "instance": json.dumps(case["data"]), "ascii": ascii,
                           "max_new_tokens": len(tokenizer.encode(text)) + 1 + slack})  # fmt: skip
@@ -124,7 +128,7 @@ def maskbench_tasks(tokenizer, slack: int, files: int | None, ascii: bool = Fals
 
 
 def drawn_tasks(
-    tokenizer, slack: int, double: bool, strict: bool, ascii: bool = False
+    tokenizer, slack: int, double: bool, strict: bool, ascii: bool = False, pretty: bool = False
 ) -> list[dict]:
     """The instances ``draw_instances.py`` drew from the JSONSchemaBench development file, as
     walk tasks like MaskBench's (compact, the schema's key order), each first checked to be a
@@ -136,7 +140,7 @@ def drawn_tasks(
     tasks = []
     for row in map(json.loads, (ROOT / "benchmarks" / "data" / "drawn_instances.jsonl").open()):
         schema, data = schemas[row["source"], row["name"]], json.loads(row["instance"])
-        n = len(tokenizer.encode(spelled(data, schema, ascii=ascii)))
+        n = len(tokenizer.encode(spelled(data, schema, pretty, ascii)))
         tasks.append({"name": f"{row['source']}---{row['name']}", "schema": json.dumps(schema),
                       "instance": row["instance"], "check_member": True, "strict": strict,
                       "ascii": ascii,
@@ -179,10 +183,11 @@ def main() -> None:
     args = parser.parse_args()
     tokenizer = load_default_tokenizer()
     if args.suite == "maskbench":
-        tasks = maskbench_tasks(tokenizer, args.slack, args.files, args.ascii)
+        tasks = maskbench_tasks(tokenizer, args.slack, args.files, args.ascii,
+                                args.layout == "pretty")  # fmt: skip
     elif args.suite == "drawn":
         tasks = drawn_tasks(tokenizer, args.slack, args.double, not args.open_objects,
-                            args.ascii)  # fmt: skip
+                            args.ascii, args.layout == "pretty")  # fmt: skip
     else:
         path = ROOT / "hf_fvo" / "eval" / "suites" / "tasks" / f"{args.suite}.jsonl"
         tasks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1422,14 +1422,22 @@ def test_a_member_is_admitted_whole_at_exactly_its_own_length(smol_tokenizer, ro
     where the work ran out on shorter tokens before the rest of a ``patternProperties`` key
     (``meta`` after ``{"_``) was tried, now kept first as a beginning of the state's own
     closing (``o90425``). ``o29019`` guards the closings' key order: sorted by length, they
-    lost the only key that fits."""
+    lost the only key that fits. Spelled as ``json.dumps`` writes by default (``ascii``: every
+    character outside ASCII escaped; ``pretty``: indented by four), ``sp_305`` lost ``uda``
+    after ``\\`` (the closer read a surrogate pair's first escape as a character of its own)
+    and then the ``u`` of ``\\u00ed`` (the escape finished in four digit tokens, not the
+    vocabulary's fewest), and ``docker-seq`` lost the newline before its last key (after a
+    comma the closer took the next listed key, ``"read_only":true``, two tokens over the
+    room, not the cheapest, ``"platform":""``)."""
     from hf_fvo.eval.instances import in_schema_order
 
     schema, data = row["schema"], row["tests"][0]["data"]
-    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="",
+    pretty = row.get("pretty", False)
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="pretty" if pretty else "",
                                  strict=row.get("strict", True))  # fmt: skip
     text = json.dumps(in_schema_order(data, schema), ensure_ascii=row.get("ascii", False),
-                      separators=(",", ":"))  # fmt: skip
+                      indent=4 if pretty else None,
+                      separators=None if pretty else (",", ":"))  # fmt: skip
     ids = smol_tokenizer.encode(text)
     budget, state = len(ids) + 1, g.initial_state
     for t, y in enumerate([*ids, smol_tokenizer.eos_token_id]):

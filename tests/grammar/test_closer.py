@@ -134,6 +134,18 @@ def test_the_cheapest_branch_closes_an_object_first():
     assert _closed(schema, '{"name":"x"')[0] == ',"error":""}'
 
 
+def test_after_a_comma_the_closing_writes_the_cheapest_key_the_schema_s_order_still_allows():
+    """A comma asks for one more key of an object that needs none: the closing writes the
+    cheapest member among the names the schema's order still allows (JSONSchemaBench's
+    docker-seq, spelled indented at exactly its own budget, lost its newline before
+    ``"platform": ""`` where the closing took the next listed name, ``"read_only":true``, two
+    tokens longer), never a name the order has passed (``tty``, cheaper still)."""
+    flag, text = {"type": "boolean"}, {"type": "string"}
+    schema = {"type": "object", "properties": {"tty": flag, "mount": {"type": "array"},
+              "read_only": flag, "platform": text}}  # fmt: skip
+    assert _closed(schema, '{"mount":[],')[0] == '"platform":""}'
+
+
 @pytest.mark.parametrize("prefix, head", [
     (b'"a\\', b'\\"'),  # an escaped backslash, then the quote
     (b'"a\\u00', b'41"'),  # \u0041, then the quote

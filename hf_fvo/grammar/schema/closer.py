@@ -40,6 +40,7 @@ _UNREAD = object()  # (a cursor's string reader not asked yet)
 _ALTERNATIVES = 8  # schema alternatives kept per place (anyOf/oneOf branches)
 _CLOSINGS = 4  # closings written per prefix (the innermost choice varied)
 _RESTS = 4096  # containers' rests kept per schema, by frame
+_KEY_CHOICES = 64  # names weighed for the key a comma asks for
 _DEPTH = 16  # $ref, anyOf and allOf levels followed at one place
 _WS = " \t\n\r"
 _LITERALS = {"t": "true", "f": "false", "n": "null"}
@@ -786,10 +787,21 @@ class JsonCursor:
             if name not in names and name not in top.keys:
                 names.append(name)
         if top.expect == "key" and not names:  # (a comma was written: a key must follow)
-            names = [n for n in self._key_names(top._replace(nodes=(node,)), "")
-                     if self._schema.value(self._schema.child((node,), n))][:1]  # fmt: skip
-            if not names:
+            # the cheapest member any of its names writes (a name's own tokens count: after
+            # docker-seq's `mount`, `"platform":""` takes two tokens fewer than the next
+            # listed name's `"read_only":true`)
+            order = list(props)
+            after = order.index(top.keys[-1]) + 1 if top.keys and top.keys[-1] in order else 0
+            choices = self._key_names(top._replace(nodes=(node,)), "")
+            later = [name for name in choices if name in order[after:]]  # (the schema's order)
+            members = []
+            for name in (later or choices)[:_KEY_CHOICES]:
+                value = self._schema.value(self._schema.child((node,), name))
+                if value:
+                    members.append((f'"{_escaped(name)}":{value}', name))
+            if not members:
                 return None
+            names = [min(members, key=lambda member: self._schema.cost(member[0]))[1]]
         parts = []
         for i, name in enumerate(names):
             value = self._schema.value(self._schema.child((node,), name))
