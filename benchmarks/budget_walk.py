@@ -17,9 +17,9 @@ set is computed anew): p50, p99 and max, and the slowest task.
 instances hypothesis-jsonschema drew from the JSONSchemaBench development file
 (``draw_instances.py``: data nobody here wrote, first checked to be members), both compact
 (or ``--layout pretty``) at the instance's tokens + 1 + ``--slack`` (or, ``--double``, twice
-its tokens;
-``--open-objects``: ``strict=False``; ``--ascii``: spelled as ``json.dumps`` writes by
-default, every character outside ASCII a ``\\u`` escape).
+its tokens; ``--open-objects``: ``strict=False``; ``--any-order``: ``key_order="any"``, the
+instance's own key order; ``--ascii``: spelled as ``json.dumps`` writes by default, every
+character outside ASCII a ``\\u`` escape).
 
 Usage:
     python benchmarks/budget_walk.py --suite transcribe --layout pretty --write
@@ -48,9 +48,11 @@ def walk_task(task: dict, tokenizer, layout: str, limit_s: float, lost: bool = F
     schema, data = json.loads(task["schema"]), json.loads(task["instance"])
     budget = task["max_new_tokens"]
     pretty = layout == "pretty"
+    any_order = task.get("any_order", False)
     g = Grammar.from_json_schema(schema, tokenizer, whitespace="pretty" if pretty else "",
-                                 strict=task.get("strict", True))  # fmt: skip
-    text = spelled(data, schema, pretty, task.get("ascii", False))
+                                 strict=task.get("strict", True),
+                                 key_order="any" if any_order else "schema")  # fmt: skip
+    text = spelled(data, schema, pretty, task.get("ascii", False), any_order)
     ids = tokenizer.encode(text)
     if task.get("check_member"):  # (a drawn instance: the grammar may not admit it at all)
         end = g.walk(ids)
@@ -100,11 +102,14 @@ def unbounded_lost(g, state, remaining: int, admitted) -> int:
     return int(np.count_nonzero(full & (keep ^ 1)))
 
 
-def spelled(data, schema: dict, pretty: bool = False, ascii: bool = False) -> str:
-    """``data`` as JSON in ``schema``'s key order: compact or indented by four; with ``ascii``,
-    as ``json.dumps`` writes by default (every character outside ASCII a ``\\uXXXX`` escape, a
-    surrogate pair above U+FFFF)."""
-    return json.dumps(in_schema_order(data, schema), ensure_ascii=ascii,
+def spelled(
+    data, schema: dict, pretty: bool = False, ascii: bool = False, own_order: bool = False
+) -> str:
+    """``data`` as JSON in ``schema``'s key order (``own_order``: in its own): compact or
+    indented by four; with ``ascii``, as ``json.dumps`` writes by default (every character
+    outside ASCII a ``\\uXXXX`` escape, a surrogate pair above U+FFFF)."""
+    data = data if own_order else in_schema_order(data, schema)
+    return json.dumps(data, ensure_ascii=ascii,
                       indent=4 if pretty else None,
                       separators=None if pretty else (",", ":"))  # fmt: skip
 
@@ -128,7 +133,13 @@ def maskbench_tasks(
 
 
 def drawn_tasks(
-    tokenizer, slack: int, double: bool, strict: bool, ascii: bool = False, pretty: bool = False
+    tokenizer,
+    slack: int,
+    double: bool,
+    strict: bool,
+    ascii: bool = False,
+    pretty: bool = False,
+    any_order: bool = False,
 ) -> list[dict]:
     """The instances ``draw_instances.py`` drew from the JSONSchemaBench development file, as
     walk tasks like MaskBench's (compact, the schema's key order), each first checked to be a
@@ -140,10 +151,10 @@ def drawn_tasks(
     tasks = []
     for row in map(json.loads, (ROOT / "benchmarks" / "data" / "drawn_instances.jsonl").open()):
         schema, data = schemas[row["source"], row["name"]], json.loads(row["instance"])
-        n = len(tokenizer.encode(spelled(data, schema, pretty, ascii)))
+        n = len(tokenizer.encode(spelled(data, schema, pretty, ascii, any_order)))
         tasks.append({"name": f"{row['source']}---{row['name']}", "schema": json.dumps(schema),
                       "instance": row["instance"], "check_member": True, "strict": strict,
-                      "ascii": ascii,
+                      "ascii": ascii, "any_order": any_order,
                       "max_new_tokens": 2 * n if double else n + 1 + slack})  # fmt: skip
     return tasks
 
@@ -170,6 +181,11 @@ def main() -> None:
     parser.add_argument("--ascii", action="store_true",
                         help="maskbench, drawn: spelled as json.dumps writes by default (every "
                              "character outside ASCII escaped)")  # fmt: skip
+    parser.add_argument(
+        "--any-order",
+        action="store_true",
+        help="drawn: key_order='any', each instance in its own key order",
+    )
     parser.add_argument("--files", type=int, default=None, help="maskbench: the first N files")
     parser.add_argument("--every", type=int, default=1,
                         help="every N-th task only (a quicker sample, e.g. for interleaved "
@@ -187,7 +203,7 @@ def main() -> None:
                                 args.layout == "pretty")  # fmt: skip
     elif args.suite == "drawn":
         tasks = drawn_tasks(tokenizer, args.slack, args.double, not args.open_objects,
-                            args.ascii, args.layout == "pretty")  # fmt: skip
+                            args.ascii, args.layout == "pretty", args.any_order)  # fmt: skip
     else:
         path = ROOT / "hf_fvo" / "eval" / "suites" / "tasks" / f"{args.suite}.jsonl"
         tasks = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -207,6 +223,7 @@ def main() -> None:
     slowest = max(rows, key=lambda r: sum(r["steps"]))
     budget_note = ", strict=False" if args.open_objects else ""
     budget_note += ", ASCII escapes" if args.ascii else ""
+    budget_note += ", any key order" if args.any_order else ""
     budget_note += (", budget = twice the tokens" if args.suite == "drawn" and args.double
                    else f", budget = tokens + 1 + {args.slack}"
                    if args.suite in ("maskbench", "drawn") else "")  # fmt: skip

@@ -267,7 +267,8 @@ class GrammarCompiler:
         member = functools.partial(shortest_member, body if prepared.ordered is None
                                    else prepared.ordered)  # fmt: skip
         texts = functools.partial(pattern_texts, body)  # (likewise: for the searches)
-        closer = functools.partial(JsonCursor.start, body)  # (likewise: the budget's certificates)
+        # (likewise: the budget's certificates)
+        closer = functools.partial(JsonCursor.start, body, any_order=key_order == "any")
         # fewest tokens of every member: proven, asked when a refusal needs it; under any key
         # order, what every member writes in any order (the masks leave required keys to the
         # check, so it may exceed the masks' shortest text: that text fails the check)

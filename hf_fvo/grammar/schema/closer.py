@@ -80,16 +80,20 @@ class _Schema:
         root: Any,
         cost: Callable[[str], int] | None = None,
         finish: Callable[[str], str | None] | None = None,
+        any_order: bool = False,
     ) -> None:
         self.root = root
         self.cost = cost or (lambda text: len(text.encode()))
         self.finish = finish
+        self.any_order = any_order
         self.defs = definitions_of(root)
         self.kept: dict[int, tuple[Any, tuple[Any, ...]]] = {}  # id → (node, alternatives)
         self.cheapest: dict[int, tuple[Any, str | None]] = {}  # id → (node, cheapest text)
         # a container's rests by its frame (kind, alternatives' ids, keys, count, expected):
         # every closing of every prefix with that frame writes the same
         self.rests: dict[tuple[Any, ...], tuple[tuple[Any, ...], list[str]]] = {}
+        # in any key order, the names a key may be, ranked by their members' cost, by frame
+        self.names: dict[tuple[Any, ...], tuple[tuple[Any, ...], list[str]]] = {}
         self._bounds: FrameBounds | None = None
 
     @property
@@ -552,12 +556,15 @@ class JsonCursor:
         root: Any,
         cost: Callable[[str], int] | None = None,
         finish: Callable[[str], str | None] | None = None,
+        any_order: bool = False,
     ) -> JsonCursor:
         """The cursor before any text of a (prepared) schema's members; ``cost(text)`` ranks
         the values it may write (the fewest tokens; by default, bytes); ``finish(escape)``,
         where given, is the cheapest text that finishes a begun escape in a free string (a
-        vocabulary's: tried before the closer's own, :func:`_escape_fills`)."""
-        schema = _Schema(root, cost, finish)
+        vocabulary's: tried before the closer's own, :func:`_escape_fills`); ``any_order``: an
+        object's keys may come in any order (a key the schema lists before one written may
+        still follow it)."""
+        schema = _Schema(root, cost, finish, any_order)
         return cls(schema, (_Frame("r", schema.alternatives(root), (), None, 0, "value"),), None,
                    b"")  # fmt: skip
 
@@ -700,7 +707,7 @@ class JsonCursor:
                 return None
             if lexeme.kind == "s" and lexeme.key:
                 top = stack[-1]
-                name = choose(self._key_names(top, lexeme.text))
+                name = choose(self._names_to_finish(top, lexeme.text))
                 if name is None:
                     return None  # (a key written already, begun again: no name is known)
                 parts.append(_escaped(name[len(lexeme.text) :]) + '"')
@@ -735,6 +742,40 @@ class JsonCursor:
             if not _valued(stack):
                 return None
         return None
+
+    def _names_to_finish(self, top: _Frame, begun: str) -> list[str]:
+        """:meth:`_key_names` for a key begun; in any key order, the names not required
+        cheapest first (their rest, then their shortest value: every listed name may follow
+        there, so the first listed is no likelier to fit than any other; o21418 in its own
+        key order lost ``","`` before ``title":""}`` where the closing wrote
+        ``access_limited":{}}``)."""
+        names = self._key_names(top, begun)
+        if not self._schema.any_order:
+            return names
+        key = (tuple(map(id, top.nodes)), top.keys)  # (by frame: one ranking for every begun)
+        kept = self._schema.names
+        if key not in kept:
+            if len(kept) >= _RESTS:
+                kept.clear()
+            kept[key] = (top.nodes, self._cheapest_names(top))  # (nodes: ids stay theirs)
+        ranked = [n for n in kept[key][1] if n.startswith(begun)]
+        return list(dict.fromkeys([*ranked, *names]))
+
+    def _cheapest_names(self, top: _Frame) -> list[str]:
+        """The names a key may be in any order, the required first, then the others (the
+        first :data:`_KEY_CHOICES`) by the tokens of their member."""
+        names = self._key_names(top, "")
+        need = {n for node in top.nodes if isinstance(node, dict)
+                for n in node.get("required", ()) if isinstance(n, str)}  # fmt: skip
+        first = [n for n in names if n in need]
+        others = [n for n in names if n not in need]
+
+        def cost(name: str) -> int:
+            value = self._schema.value(self._value_nodes(self._keyed(top, name)))
+            member = '"' + _escaped(name) + '":'
+            return self._schema.cost(member + value) if value is not None else 1 << 30
+
+        return [*first, *sorted(others[:_KEY_CHOICES], key=cost), *others[_KEY_CHOICES:]]
 
     def _key_names(self, top: _Frame, begun: str) -> list[str]:
         """Keys that begin with ``begun`` and are not written yet: the required ones first,
@@ -787,21 +828,21 @@ class JsonCursor:
             if name not in names and name not in top.keys:
                 names.append(name)
         if top.expect == "key" and not names:  # (a comma was written: a key must follow)
-            # the cheapest member any of its names writes (a name's own tokens count: after
-            # docker-seq's `mount`, `"platform":""` takes two tokens fewer than the next
-            # listed name's `"read_only":true`)
-            order = list(props)
-            after = order.index(top.keys[-1]) + 1 if top.keys and top.keys[-1] in order else 0
+            # the cheapest member among the names the schema's order still allows (any name,
+            # in any key order): a name's own tokens count (after docker-seq's `mount`,
+            # `"platform":""` takes two tokens fewer than the next listed `"read_only":true`)
             choices = self._key_names(top._replace(nodes=(node,)), "")
-            later = [name for name in choices if name in order[after:]]  # (the schema's order)
+            if not self._schema.any_order:
+                order = list(props)
+                after = (order.index(top.keys[-1]) + 1 if top.keys and top.keys[-1] in order
+                         else 0)  # fmt: skip
+                choices = [name for name in choices if name in order[after:]] or choices
             members = []
-            for name in (later or choices)[:_KEY_CHOICES]:
+            for name in choices[:_KEY_CHOICES]:
                 value = self._schema.value(self._schema.child((node,), name))
                 if value:
-                    members.append((f'"{_escaped(name)}":{value}', name))
-            if not members:
-                return None
-            names = [min(members, key=lambda member: self._schema.cost(member[0]))[1]]
+                    members.append(f'"{_escaped(name)}":{value}')
+            return min(members, key=self._schema.cost) + "}" if members else None
         parts = []
         for i, name in enumerate(names):
             value = self._schema.value(self._schema.child((node,), name))
