@@ -107,17 +107,26 @@ def _escape_fills(
     boundary); among as few, fewer bytes, then the lower ids. Where no tokens finish it, the
     fewest bytes that do (:data:`_FILLS`)."""
     escapes = range(8, len(table))
+    # only tokens spelled wholly of bytes an escape reads can stay inside one (exact, and it
+    # takes the search from the whole vocabulary to a few hundred tokens)
+    inside = np.zeros(256, dtype=bool)
+    inside[list(_ESCAPE_BYTES)] = True
+    short = np.flatnonzero((lengths > 0) & (lengths <= _LONGEST_ESCAPE))
+    sub_padded = padded[short, :_LONGEST_ESCAPE]
+    cols = np.arange(sub_padded.shape[1])
+    kept = short[(inside[sub_padded] | (cols >= lengths[short, None])).all(1)]
+    sub_lengths, sub_padded = lengths[kept], padded[kept, :_LONGEST_ESCAPE]
     edges: dict[int, dict[int, int]] = {}  # state → {state after: its token with fewest bytes}
     for begin in escapes:
-        state = np.full(len(lengths), begin, dtype=np.int8)
-        for pos in range(padded.shape[1]):
-            live = (pos < lengths) & (state >= 0)
+        state = np.full(len(kept), begin, dtype=np.int8)
+        for pos in range(sub_padded.shape[1]):
+            live = (pos < sub_lengths) & (state >= 0)
             state[live & (state == 0)] = -1  # (a boundary before its last byte: more written)
             live &= state > 0
-            state[live] = table[state[live], padded[live, pos]]
-        ids = np.flatnonzero((lengths > 0) & ((state == 0) | (state >= 8)))
+            state[live] = table[state[live], sub_padded[live, pos]]
+        ids = kept[(state == 0) | (state >= 8)]
         ids = ids[np.lexsort((ids, lengths[ids]))]  # (fewer bytes, then lower ids, first)
-        after = state[ids]
+        after = state[np.searchsorted(kept, ids)]
         edges[begin] = {int(to): int(ids[np.argmax(after == to)]) for to in np.unique(after)}
     # fewest tokens to a boundary, then fewest bytes (rounds: an escape is 12 bytes at most)
     best: dict[int, tuple[int, int, tuple[int, ...]]] = {0: (0, 0, ())}  # state → (n, bytes, ids)
@@ -134,6 +143,8 @@ def _escape_fills(
     return {**_FILLS, **found}
 
 
+_LONGEST_ESCAPE = 11  # bytes after the backslash: ``ud83d\\ude00``
+_ESCAPE_BYTES = b'\\"/bfnrtu' + _HEX  # every byte an escape reads after its backslash
 _LOW = b"\\udc00"
 # the fewest bytes that finish each escape state (where a vocabulary's tokens do not)
 _FILLS = {8: b"n", 9: b"0000", 10: b"000", 11: b"000", 12: b"00", 13: b"0", 14: b"00" + _LOW,
