@@ -166,6 +166,7 @@ class CertifiedBudget:
         self._grammar = grammar
         grammar._budget = self
         tokenizer = grammar._tokenizer
+        tokenizer.warm()  # (the per-token tables the rule reads: built here, not in a step)
         definition = grammar.definition
         self._tokenizer, self._vocab, self._n = tokenizer, grammar._vocab, grammar._n
         self._eos, self._vocab_size = grammar._eos, grammar._vocab_size
@@ -197,6 +198,9 @@ class CertifiedBudget:
             lambda tokens: [b for t in tokens for b in spelled[t]],
         )
         self._marked = None if marked is None else Follower("marked", tokenizer.llg, marked, list)
+        for follower in (self._bytewise, self._marked):  # (their grammars: here, not in a step)
+            if follower is not None:
+                follower.compile()
         # whether a marked lexeme counts its characters (then c markers stand for c of them)
         self._counted = marked is not None and re.search(r"^STRING_\d", marked, re.M) is not None
         self._memos[self._initial] = start = BudgetMemo(shadows=(Follower.START, Follower.START))

@@ -103,8 +103,8 @@ class Follower:
     grammar over the byte vocabulary (for the completion searches) or the marked grammar (for
     the free-string certificate). A state's :class:`Memo` holds its parser, or (the nearest
     ancestor's parser, or ``None`` for the start, and the tokens since): parsers are built
-    when first asked for, each from the nearest one built; the grammar is compiled on first
-    use."""
+    when first asked for, each from the nearest one built; the grammar is compiled once
+    (:meth:`compile`)."""
 
     START: tuple[Any, tuple[int, ...]] = (None, ())
 
@@ -113,6 +113,18 @@ class Follower:
         self._slot, self._tokenizer, self._spell = slot, tokenizer, spell
         self.definition = definition
         self._root: Any = None
+
+    def compile(self) -> Any:
+        """The parser at the grammar's start (compiled once: tens of milliseconds for a large
+        schema, which the budget rule pays when it is attached rather than in a step);
+        ``None`` where the grammar does not compile."""
+        import llguidance
+
+        if self._root is None:
+            root = llguidance.LLMatcher(self._tokenizer, self.definition, log_level=0,
+                                        limits=limits())  # fmt: skip
+            self._root = False if root.is_error() else root
+        return self._root or None
 
     @staticmethod
     def child(value: Any, token: int) -> Any:
@@ -126,17 +138,11 @@ class Follower:
         cannot follow (the marked grammar does not compile) ``None``, unless ``required``
         (then an internal error: the byte vocabulary spells every text the grammar's
         vocabulary does)."""
-        import llguidance
-
         value = getattr(memo, self._slot)
         if isinstance(value, tuple):
             base, tokens = value
             if base is None:
-                if self._root is None:
-                    root = llguidance.LLMatcher(self._tokenizer, self.definition, log_level=0,
-                                                limits=limits())  # fmt: skip
-                    self._root = False if root.is_error() else root
-                base = self._root or None
+                base = self.compile()
             value = None
             if base is not None:
                 value = base.deep_copy()
