@@ -294,3 +294,19 @@ def test_a_begun_escape_is_finished_in_the_fewest_of_the_vocabulary_s_tokens(smo
         assert len(fewest(fills[state])) <= len(fewest(_FILLS[state])), prefix
     assert sorted(content_state(prefix) for prefix in begun) == list(range(8, 20))
     assert len(fewest(fills[content_state(b"\\u")])) == 1
+
+
+@pytest.mark.parametrize("family", ["tokenizer", "missing"])
+def test_each_token_s_character_count_is_the_utf8_characters_that_begin_in_it(family, tokenizer):
+    """The budget rule counts a string's characters per token from one vectorised pass over
+    the joined vocabulary: per token it equals the bytes that are not UTF-8 continuation
+    bytes, for both tokenizer families and for a vocabulary with a token it cannot spell."""
+    from hf_fvo.grammar.pushdown.engine import PushdownTokenizer
+
+    if family == "tokenizer":
+        vocab = TokenVocabulary.from_tokenizer(tokenizer)
+    else:
+        vocab = TokenVocabulary([b"a", None, "é".encode(), b"\x80\x80", "€x".encode()], [1])
+    counted = PushdownTokenizer(vocab).characters
+    expected = [sum((c & 0xC0) != 0x80 for c in b or b"") for b in vocab.token_bytes]
+    assert counted.tolist() == expected

@@ -249,10 +249,10 @@ class PushdownTokenizer:
     def characters(self) -> np.ndarray:
         """Per token id, how many UTF-8 characters begin in its bytes (its bytes that are not
         continuation bytes)."""
-        spelled = [b or b"" for b in self.vocab.token_bytes]
-        begins = (np.frombuffer(b"".join(spelled), dtype=np.uint8) & 0xC0) != 0x80
+        joined = b"".join(b or b"" for b in self.vocab.token_bytes)
+        begins = (np.frombuffer(joined, dtype=np.uint8) & 0xC0) != 0x80
         counted = np.concatenate(([0], np.cumsum(begins, dtype=np.int64)))
-        ends = np.cumsum([len(b) for b in spelled], dtype=np.int64)
+        ends = np.cumsum(self.sizes)
         return counted[ends] - counted[ends - self.sizes]
 
     @property
