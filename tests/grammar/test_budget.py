@@ -1048,6 +1048,80 @@ def test_the_byte_search_walks_a_forced_run_at_once_and_finds_what_it_found_byte
     assert checked >= 300 and found >= 50 and forced >= 50, (checked, found, forced)
 
 
+class _WordsParser:
+    """A byte parser over a few words (the byte vocabulary's interface that the searches use)
+    whose mask also allows ``spurious`` bytes that a parse refuses, as llguidance's mask
+    sometimes does (`,` after `-0` in a drawn OSVR schema): consuming one leaves the parser
+    in error, for good."""
+
+    def __init__(self, words, spurious, path=b"", error=False):
+        self.words, self.spurious, self.path, self.error = words, spurious, path, error
+
+    def _next(self, path):
+        return {w[len(path)] for w in self.words if w.startswith(path) and len(w) > len(path)}
+
+    def deep_copy(self):
+        return _WordsParser(self.words, self.spurious, self.path, self.error)
+
+    def consume_token(self, b):
+        if self.error or b not in self._next(self.path):
+            self.error = True
+            return False
+        self.path += bytes([b])
+        return True
+
+    def consume_tokens(self, seq):
+        return all(self.consume_token(b) for b in seq)
+
+    def rollback(self, n):
+        if self.error or n > len(self.path):
+            return False
+        self.path = self.path[: len(self.path) - n]
+        return True
+
+    def is_accepting(self):
+        return not self.error and self.path in self.words
+
+    def compute_bitmask(self):
+        from hf_fvo.grammar.pushdown.completion import BYTE_EOS
+
+        bits = 0
+        if not self.error:
+            for b in self._next(self.path) | set(self.spurious.get(self.path, b"")):
+                bits |= 1 << b
+            bits |= self.is_accepting() << BYTE_EOS
+        return bits.to_bytes(40, "little")
+
+    def validate_tokens(self, seq):
+        from hf_fvo.grammar.pushdown.completion import BYTE_EOS
+
+        probe = self.deep_copy()
+        for k, b in enumerate(seq):
+            if b == BYTE_EOS:
+                return k + probe.is_accepting()
+            if not probe.consume_token(b):
+                return k
+        return len(seq)
+
+    def compute_ff_bytes(self):
+        return b""
+
+
+def test_a_search_steps_past_a_byte_its_mask_allows_and_the_parse_refuses(smol_tokenizer):
+    """The byte searches move one parser copy by consuming and rolling back rather than
+    copying it per node; llguidance's mask may allow a byte that the parse then refuses, which
+    leaves that parser in error for good. The search must treat such a byte as a dead end (as
+    a copy per node did), find the completion through the others, and leave the caller's
+    parser as it was: here the refused bytes (`}` and `]`, closers, tried first) come before
+    the word's own at both depths."""
+    g = Grammar.from_json_schema({"type": "string"}, smol_tokenizer, whitespace="")
+    done = g._completer
+    searcher = _WordsParser({b"ab"}, {b"": b"}", b"a": b"]"})
+    assert done._bytes_bfs(searcher, 0) == b"ab"
+    assert done._bytes_dfs(searcher, 0, 100) == b"ab"
+    assert searcher.path == b"" and not searcher.error
+
+
 def test_a_child_spells_its_witness_s_suffixes_from_its_parent_s_list(smol_tokenizer):
     """A state's witness inherited from its parent spells a suffix of the parent's witness
     text, and a suffix's fewest-token spelling depends on the suffix only: the child slices

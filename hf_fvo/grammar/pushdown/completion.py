@@ -412,18 +412,29 @@ class Completer:
         work: Work | None = None,
         nodes: int = _BFS_NODES,
     ) -> bytes | None:
-        # a child's parser is copied only when it is expanded (most of the last level never
-        # is); whether it accepts is asked of its parent: the byte, then EOS; a child holds
-        # its parent's text (most are never expanded)
-        queue: deque[tuple[Any, int, int, bytes]] = deque([(searcher, -1, utf8, b"")])
+        # one copy of the parser, brought to each node expanded by rolling back to the text
+        # it shares with the last one and consuming the rest (a sibling's: one byte each way;
+        # a copy per node costs three to seven times that); whether a child accepts is asked
+        # of its parent: the byte, then EOS; a child holds its parent's text (most are never
+        # expanded)
+        queue: deque[tuple[int, int, bytes]] = deque([(-1, utf8, b"")])
+        m, at = searcher.deep_copy(), b""  # (the caller's parser stays as it is)
         left = nodes  # expansions
         while left:
             if not queue:
                 return None
-            m, b, u, text = queue.popleft()
+            b, u, text = queue.popleft()
             if b >= 0:
-                m = advanced(m, b)
-                text += _BYTES[b]
+                parent, text = text, text + _BYTES[b]
+                if not _moved(m, at, text):  # the mask allowed a byte the parse refuses
+                    # (`,` after `-0` where the number must be positive): a dead end, whose
+                    # expansion finds nothing
+                    m, at = _at(searcher, parent), parent
+                    left -= 1
+                    if not spend(work, 2):
+                        return None
+                    continue
+                at = text
             if not queue:
                 # a lone node whose next bytes the grammar forces: the search would expand
                 # them one child each, none accepting before the last; walk them at once
@@ -436,9 +447,9 @@ class Completer:
                         if not self._byte_ok[u] >> f & 1:
                             return None  # (UTF-8 forbids it: the search would find no child)
                         u = self._byte_next[u][f]
-                    m = m.deep_copy() if b < 0 else m  # (the caller's parser stays as it is)
                     m.consume_tokens(list(walk))
                     text += walk
+                    at = text
                     left -= len(walk)
             left -= 1
             if not spend(work, 2):  # (the advance that made it, its mask)
@@ -450,7 +461,7 @@ class Completer:
                         return None
                     if m.validate_tokens([b, BYTE_EOS]) == 2:
                         return text + _BYTES[b]
-                queue.append((m, b, cu, text))
+                queue.append((b, cu, text))
         return None
 
     def _bytes_dfs(
@@ -495,12 +506,30 @@ class Completer:
         before anything else: inside ``\\d{4}-\\d{2}-\\d{2}`` unanchored, no byte changes what
         is allowed until a whole match is written, which one byte at a time a search never
         finds (the byte before the text counts as idle: the shortening drops it)."""
-        # iterative: (parser, utf8, text, untried bytes, allowed bits, the run's classes, where
-        # the run starts (−1: none; a run's places are contiguous), earlier idle spans)
-        stack: list[Any] = [(searcher, utf8, b"", None, -1, frozenset(), -1, ())]
+        # iterative, on one copy of the parser that consumes each byte as the descent writes
+        # it and rolls back to the node it returns to (a copy per node costs three to seven
+        # times a byte and its rollback, more the longer the text): per node (utf8, text,
+        # untried bytes — None: not expanded yet —, allowed bits, the run's classes, where
+        # the run starts (−1: none; a run's places are contiguous), earlier idle spans, and
+        # the bytes it wrote after its parent's text, which the parser consumes when it is
+        # first popped)
+        m = searcher.deep_copy()
+        at = b""  # what the copy has consumed past ``searcher``'s text: the current path
+        stack: list[Any] = [(utf8, b"", None, -1, frozenset(), -1, (), b"")]
         while stack:
-            m, u, text, todo, parent_bits, run, start, idle = stack.pop()
-            if todo is None:
+            u, text, todo, parent_bits, run, start, idle, piece = stack.pop()
+            if todo is None:  # a node first reached: its parent's text, then its bytes
+                if not _moved(m, at, text):  # the mask allowed bytes the parse refuses (`,`
+                    # after `-0` where the number must be positive): a dead end
+                    parent = text[: len(text) - len(piece)]
+                    m, at = _at(searcher, parent), parent
+                    if len(text) >= limit:
+                        continue
+                    budget[0] -= 1
+                    if budget[0] <= 0 or not spend(work, 2):
+                        return None
+                    continue
+                at = text
                 if u == 0 and m.is_accepting():
                     if start >= 0 and len(text) - 1 - start >= _IDLE:  # (the byte just
                         # written is not judged yet)
@@ -525,22 +554,24 @@ class Completer:
                         todo = tuple(sorted(todo, key=lambda b: self._class_of[b] in run))
                     if start == len(text) - 1 and u == 0 and texts:
                         children = []
-                        for piece in texts:
+                        for text_piece in texts:
                             if not spend(work):
                                 return None
-                            if m.validate_tokens(list(piece)) == len(piece):
-                                child = m.deep_copy()
-                                child.consume_tokens(list(piece))
+                            if m.validate_tokens(list(text_piece)) == len(text_piece):
+                                m.consume_tokens(list(text_piece))
+                                changed = self._bits(m, u) != bits
+                                m.rollback(len(text_piece))
                                 if not spend(work):
                                     return None
-                                if self._bits(child, u) == bits:
+                                if not changed:
                                     continue  # (it changed nothing allowed: inside an
                                     # unanchored pattern another pattern's match, written
                                     # again and again, never completes this one)
-                                children.append((child, u, text + piece, None, -1, frozenset(),
-                                                 -1, (*idle, (start, start + 1))))  # fmt: skip
+                                children.append((u, text + text_piece, None, -1, frozenset(),
+                                                 -1, (*idle, (start, start + 1)),
+                                                 text_piece))  # fmt: skip
                         if children:  # (tried before the node's own bytes, the first first)
-                            stack.append((m, u, text, todo, bits, run, start, idle))
+                            stack.append((u, text, todo, bits, run, start, idle, b""))
                             stack.extend(reversed(children))
                             continue
                 parent_bits = bits
@@ -549,13 +580,44 @@ class Completer:
             b, rest = todo[0], todo[1:]
             if len(text) + 1 >= limit and not spend(work):  # (a child at the limit is
                 return None  # only asked whether it accepts: its advance counts here)
-            stack.append((m, u, text, rest, parent_bits, run, start, idle))
-            stack.append((advanced(m, b), self._byte_next[u][b], text + bytes([b]), None,
-                          parent_bits, run, start, idle))  # fmt: skip
+            stack.append((u, text, rest, parent_bits, run, start, idle, b""))
+            stack.append((self._byte_next[u][b], text + _BYTES[b], None, parent_bits, run,
+                          start, idle, _BYTES[b]))  # fmt: skip
         return None
 
     def _utf8_ok(self, utf8: int, t: int) -> bool:
         return bool((int(self._ok_words[utf8, t >> 5]) >> (t & 31)) & 1)
+
+
+def _moved(m: Any, at: bytes, text: bytes) -> bool:
+    """Bring the parser ``m``, which has consumed ``at`` past the search's start, to ``text``
+    (the same start): roll back to what they share, then consume the rest; ``False`` where
+    the parser refuses a byte (``m`` is then unusable)."""
+    shared = _shared(at, text)
+    back = len(at) - shared
+    return (not back or m.rollback(back)) and m.consume_tokens(list(text[shared:]))
+
+
+def _at(searcher: Any, text: bytes) -> Any:
+    """A copy of ``searcher`` that has consumed ``text`` (a prefix it accepted before)."""
+    m = searcher.deep_copy()
+    m.consume_tokens(list(text))
+    return m
+
+
+def _shared(a: bytes, b: bytes) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # (a[:lo] == b[:lo], a[:hi] != b[:hi])
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _cuts(text: bytes) -> list[tuple[int, int]]:
