@@ -40,8 +40,8 @@ from hf_fvo.grammar.budget.memo import (
     SharedHeirs,
 )
 from hf_fvo.grammar.interface import LazyAdmissible
+from hf_fvo.grammar.pushdown.completion import JSON_ENDS, Work, spend
 from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
-from hf_fvo.grammar.pushdown.completion import Work, spend
 from hf_fvo.grammar.pushdown.engine import (
     key_names,
     limits,
@@ -150,6 +150,7 @@ class CertifiedBudget:
         self._raw = raw
         self._closing = closing
         self._reach = reach and closer is not None
+        self._ends = None if closer is None else JSON_ENDS  # (only JSON schemas have a closer)
         self._depth: int | None = None  # (the most objects and arrays one token opens)
         self._shortest = int(shortest)
         self._member = member
@@ -268,8 +269,9 @@ class CertifiedBudget:
             built = self._built_member()  # then the cheap breadth-first pass may beat it
             if built is not None:
                 found = self._completer.complete(
-                    state._matcher, self._bytewise.parser(memo), state._utf8, passes="breadth"
-                )
+                    state._matcher, self._bytewise.parser(memo), state._utf8, passes="breadth",
+                    ends=self._ends,
+                )  # fmt: skip
                 memo.witness = Found(built if found is None or len(built) <= len(found)
                                      else found)  # fmt: skip
                 return memo.witness
@@ -277,8 +279,9 @@ class CertifiedBudget:
             closed = self._closed(state, None, _MEMBER_BYTES)
             if closed is not None:  # then the cheap breadth-first pass may beat it
                 found = self._completer.complete(
-                    state._matcher, self._bytewise.parser(memo), state._utf8, passes="breadth"
-                )
+                    state._matcher, self._bytewise.parser(memo), state._utf8, passes="breadth",
+                    ends=self._ends,
+                )  # fmt: skip
                 memo.witness = Found(closed if found is None or len(closed) <= len(found)
                                      else found)  # fmt: skip
                 return memo.witness
@@ -290,7 +293,7 @@ class CertifiedBudget:
                     else Work(_SEARCH_WORK if witness is UNKNOWN else _SHORTER_WORK))  # fmt: skip
             found = self._completer.complete(
                 state._matcher, self._bytewise.parser(memo), state._utf8,
-                texts=self._written(), work=work,
+                texts=self._written(), work=work, ends=self._ends,
             )  # fmt: skip
             if witness is not UNKNOWN and (found is None or len(witness) < len(found)):
                 found = witness  # the inherited one is shorter: keep it
@@ -737,7 +740,7 @@ class CertifiedBudget:
             if found is not None and len(found) <= room:
                 return Loose(found)
         found = done.complete(state._matcher, searcher, state._utf8, first=y, passes="breadth",
-                              work=work, breadth=_CHILD_BREADTH)  # fmt: skip
+                              work=work, breadth=_CHILD_BREADTH, ends=self._ends)  # fmt: skip
         return found if found is not None and len(found) <= room else None
 
     def _text(self, witness: tuple[int, ...] | None) -> bytes:

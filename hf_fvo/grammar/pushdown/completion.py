@@ -38,6 +38,9 @@ _BFS_NODES = 24  # parser states the breadth-first pass may expand
 _DFS_NODES = 8_000  # and each depth-first pass
 MAX_DEPTH = 4096  # bytes
 BYTE_EOS = 256  # EOS in the byte vocabulary the searches parse over (ids 0–255: the bytes)
+# the bytes a JSON text can end with: a value's last (a bracket, a quote, a digit, true's and
+# false's e, null's l), then JSON's whitespace (a layout's, at most)
+JSON_ENDS = sum(1 << b for b in b'}]"0123456789el \t\n\r')
 _FEW = 6  # allowed bytes up to which a search walks them rather than its classes
 _PICKED = 4096  # sets of allowed bytes whose search order a completer keeps
 _BYTES = [bytes([b]) for b in range(256)]
@@ -240,6 +243,7 @@ class Completer:
         work: Work | None = None,
         texts: Sequence[bytes] = (),
         breadth: int = _BFS_NODES,
+        ends: int | None = None,
     ) -> tuple[int, ...] | None:
         """A verified token sequence (EOS excluded) that takes the parser state to acceptance,
         or ``None`` when the searches' limits (``nodes`` parser states per depth-first pass)
@@ -250,7 +254,11 @@ class Completer:
         ``"depth"`` alone (a completion, not the byte-shortest), or ``"none"``: only the empty
         completion, where the parser state accepts (no search). ``work``: the operations every
         pass and parse here draws on (``None``: only ``nodes`` bounds them). ``texts``: what the
-        depth-first passes try to write where a byte changed nothing (:meth:`_dfs`)."""
+        depth-first passes try to write where a byte changed nothing (:meth:`_dfs`).
+        ``ends``: the bytes a member can end with (bit b: byte b; ``None``: any), where the
+        grammar says (a JSON value ends with a bracket, a quote, a digit, ``e`` or ``l``, then
+        perhaps whitespace: :data:`JSON_ENDS`): the breadth-first passes ask only whether
+        those bytes end a completion."""
         head: tuple[int, ...] = ()
         after = utf8
         if first is not None:
@@ -267,14 +275,15 @@ class Completer:
             return () if (advanced(matcher, first) if head else matcher).is_accepting() else None
         if passes == "none":
             return None
-        text = None if passes == "depth" else self._bytes_bfs(searcher, after, work=work,
-                                                               nodes=breadth)  # fmt: skip
+        text = None
+        if passes != "depth":
+            text = self._bytes_bfs(searcher, after, work=work, nodes=breadth, ends=ends)
         if text is None and passes != "breadth":
             text = self._bytes_dfs(searcher, after, nodes, work=work, texts=texts)
         if text is None and passes != "breadth":
             # one byte per class missed it: the grammar tells bytes of a class apart (after
             # "[ab]*" only "c" ends "[ab]*c"); search again writing every allowed byte
-            text = self._bytes_bfs(searcher, after, every=True, work=work)
+            text = self._bytes_bfs(searcher, after, every=True, work=work, ends=ends)
             if text is None:
                 text = self._bytes_dfs(searcher, after, nodes, every=True, work=work,
                                        texts=texts)  # fmt: skip
@@ -411,6 +420,7 @@ class Completer:
         every: bool = False,
         work: Work | None = None,
         nodes: int = _BFS_NODES,
+        ends: int | None = None,
     ) -> bytes | None:
         # one copy of the parser, brought to each node expanded by rolling back to the text
         # it shares with the last one and consuming the rest (a sibling's: one byte each way;
@@ -456,7 +466,8 @@ class Completer:
                 return None
             for b in self._allowed_bytes(m, u, every):
                 cu = self._byte_next[u][b]
-                if cu == 0:
+                if cu == 0 and (ends is None or ends >> b & 1):  # (a byte no member ends
+                    # with cannot end this one: not asked)
                     if not spend(work):
                         return None
                     if m.validate_tokens([b, BYTE_EOS]) == 2:
