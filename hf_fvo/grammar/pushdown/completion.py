@@ -203,6 +203,9 @@ class Completer:
         for i, b in enumerate(_ORDER):
             self._rank[b] = i
         self._picked: dict[int, tuple[int, ...]] = {}  # _allowed_bytes's, by set and `every`
+        # of those, the bytes that leave UTF-8 whole and may end a member, by (bytes, UTF-8
+        # state, the grammar's ends)
+        self._finals: dict[tuple[tuple[int, ...], int, int | None], tuple[int, ...]] = {}
         self.fill = self._fills()
         # per UTF-8 state, per token: the state after it, −1 where it breaks UTF-8 (lists:
         # utf8_after walks completions token by token)
@@ -425,21 +428,30 @@ class Completer:
         # one copy of the parser, brought to each node expanded by rolling back to the text
         # it shares with the last one and consuming the rest (a sibling's: one byte each way;
         # a copy per node costs three to seven times that); whether a child accepts is asked
-        # of its parent: the byte, then EOS; a child holds its parent's text (most are never
-        # expanded)
-        queue: deque[tuple[int, int, bytes]] = deque([(-1, utf8, b"")])
+        # of its parent: the byte, then EOS. The queue holds each expanded node's children as
+        # one group (its text, UTF-8 state, bytes, the next one's place), taken one by one:
+        # most children are never expanded
+        queue: deque[list[Any]] = deque()
         m, at = searcher.deep_copy(), b""  # (the caller's parser stays as it is)
+        u, text = utf8, b""  # the node to expand: first the start
         left = nodes  # expansions
+        finals = self._finals
         while left:
-            if not queue:
-                return None
-            b, u, text = queue.popleft()
-            if b >= 0:
-                parent, text = text, text + _BYTES[b]
+            if text is None:
+                if not queue:
+                    return None
+                group = queue[0]
+                parent, pu, kids, i = group
+                if i + 1 == len(kids):
+                    queue.popleft()
+                else:
+                    group[3] = i + 1
+                b = kids[i]
+                u, text = self._byte_next[pu][b], parent + _BYTES[b]
                 if not _moved(m, at, text):  # the mask allowed a byte the parse refuses
                     # (`,` after `-0` where the number must be positive): a dead end, whose
                     # expansion finds nothing
-                    m, at = _at(searcher, parent), parent
+                    m, at, text = _at(searcher, parent), parent, None
                     left -= 1
                     if not spend(work, 2):
                         return None
@@ -464,15 +476,25 @@ class Completer:
             left -= 1
             if not spend(work, 2):  # (the advance that made it, its mask)
                 return None
-            for b in self._allowed_bytes(m, u, every):
-                cu = self._byte_next[u][b]
-                if cu == 0 and (ends is None or ends >> b & 1):  # (a byte no member ends
-                    # with cannot end this one: not asked)
-                    if not spend(work):
-                        return None
-                    if m.validate_tokens([b, BYTE_EOS]) == 2:
-                        return text + _BYTES[b]
-                queue.append((b, cu, text))
+            kids = self._allowed_bytes(m, u, every)
+            key = (kids, u, ends)
+            ending = finals.get(key)
+            if ending is None:  # the children that may end a member (a byte no member ends
+                # with cannot end this one: not asked), in order
+                if len(finals) >= _PICKED:
+                    finals.clear()
+                ending = finals[key] = tuple(
+                    b for b in kids if self._byte_next[u][b] == 0
+                    and (ends is None or ends >> b & 1)
+                )  # fmt: skip
+            for b in ending:
+                if not spend(work):
+                    return None
+                if m.validate_tokens([b, BYTE_EOS]) == 2:
+                    return text + _BYTES[b]
+            if kids:
+                queue.append([text, u, kids, 0])
+            text = None
         return None
 
     def _bytes_dfs(
