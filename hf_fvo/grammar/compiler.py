@@ -55,6 +55,7 @@ from hf_fvo.grammar.schema.closing import closing_bound
 from hf_fvo.grammar.schema.instance import pattern_texts, shortest_member
 from hf_fvo.grammar.schema.lark import PRETTY_WHITESPACE
 from hf_fvo.grammar.schema.literals import (
+    ending_bytes,
     fewest_tokens,
     fewest_tokens_unordered,
     literal_blocks,
@@ -274,6 +275,7 @@ class GrammarCompiler:
         # check, so it may exceed the masks' shortest text: that text fails the check)
         lower = functools.partial(self._schema_lower, body, whitespace,
                                   prepared.integral_fractions)  # fmt: skip
+        ends = sum(1 << b for b in ending_bytes(body))  # (what the searches ask to end a member)
         ordered = prepared.ordered is not None
         if ordered:
             lower = functools.partial(self._unordered_lower, prepared.ordered, whitespace)
@@ -285,7 +287,8 @@ class GrammarCompiler:
                 return self._pushdown("json_schema", json_lark_definition(lark), source, notes,
                                       finite, closing, check, prepared.checked,
                                       int(shortest), member, lower, texts,
-                                      closer, marked_content, ordered, reach)  # fmt: skip
+                                      closer, marked_content, ordered, reach,
+                                      ends=ends)  # fmt: skip
             except GrammarError:
                 pass  # llguidance refused a part of it (an unsatisfiable leaf, say)
         # llguidance's JSON mode, which drops what admits nothing, decides (or names why)
@@ -293,7 +296,7 @@ class GrammarCompiler:
         return self._pushdown("json_schema", json_definition(body, whitespace), source, notes,
                               finite, closing, check, prepared.checked, int(shortest),
                               member, lower, texts, closer, marked_content, ordered,
-                              reach)  # fmt: skip
+                              reach, ends=ends)  # fmt: skip
 
     def regex(
         self,
@@ -436,13 +439,14 @@ class GrammarCompiler:
         raw: Callable[[str, str, str], str | None] | None = None,
         checked_lower: bool = False,
         reach: bool = False,
+        ends: int | None = None,
     ) -> PushdownGrammar:
 
         def build() -> PushdownGrammar:
             if self._pushdown_tokenizer is None:
                 self._pushdown_tokenizer = PushdownTokenizer(self.vocabulary)
             budget = CertifiedBudget(closing, shortest, member, lower, texts, closer, raw,
-                                     checked_lower, reach)  # fmt: skip
+                                     checked_lower, reach, ends)  # fmt: skip
             grammar = PushdownGrammar(definition, self._pushdown_tokenizer, self.vocab_size,
                                       source, notes, finite, budget=budget)  # fmt: skip
             if check is not None:

@@ -40,8 +40,8 @@ from hf_fvo.grammar.budget.memo import (
     SharedHeirs,
 )
 from hf_fvo.grammar.interface import LazyAdmissible
-from hf_fvo.grammar.pushdown.completion import JSON_ENDS, Work, spend
 from hf_fvo.grammar.pushdown.completion import MAX_DEPTH as _MAX_DEPTH
+from hf_fvo.grammar.pushdown.completion import Work, spend
 from hf_fvo.grammar.pushdown.engine import (
     key_names,
     limits,
@@ -113,7 +113,11 @@ class CertifiedBudget:
     marks (:func:`~hf_fvo.grammar.pushdown.engine.marked_definition`); ``reach``: the closer's
     cursor also bounds what completes each state after one more token
     (:meth:`~hf_fvo.grammar.schema.closer.JsonCursor.reach`: compact JSON, or a layout no
-    completion needs), so that a far budget keeps the parser's mask there without a check.
+    completion needs), so that a far budget keeps the parser's mask there without a check;
+    ``ends``: the bytes a member can end with (bit b: byte b; ``None``: any), which the
+    searches alone ask whether they end a completion
+    (:func:`~hf_fvo.grammar.schema.literals.ending_bytes`: ``}`` then whitespace for an
+    object).
 
     Example:
         >>> from hf_fvo import Grammar
@@ -141,6 +145,7 @@ class CertifiedBudget:
         raw: Callable[[str, str, str], str | None] | None = None,
         checked_lower: bool = False,
         reach: bool = False,
+        ends: int | None = None,
     ) -> None:
         # checked_lower: ``lower`` also counts what the final check decides (key_order="any":
         # the required keys), so it may exceed the masks' shortest text, which the check fails
@@ -150,7 +155,7 @@ class CertifiedBudget:
         self._raw = raw
         self._closing = closing
         self._reach = reach and closer is not None
-        self._ends = None if closer is None else JSON_ENDS  # (only JSON schemas have a closer)
+        self._ends = ends
         self._depth: int | None = None  # (the most objects and arrays one token opens)
         self._shortest = int(shortest)
         self._member = member
@@ -210,6 +215,11 @@ class CertifiedBudget:
         self._start_tokens = -(-self._shortest // max(self._completer.longest, 1))
         if self._reach:
             self._depth = int(tokenizer.openers[: self._n].max(initial=0))
+        self._ending: np.ndarray | None = None  # per id: whether it may end a member (0/1)
+        self._ending_ids: dict[int, np.ndarray] = {}  # those that hold n closers, by n
+        if self._ends is not None:
+            ends = np.array([self._ends >> b & 1 for b in range(257)], dtype=np.uint8)
+            self._ending = ends[tokenizer.last_bytes[: self._n]]
         if self._shortest > (_MAX_DEPTH if self._member is None else _MEMBER_BYTES):
             start.witness = None  # neither the search nor a built member goes there
 
@@ -731,6 +741,10 @@ class CertifiedBudget:
             return None
         if room == 0:  # only the empty completion fits: whether y's next state accepts
             return done.complete(state._matcher, searcher, state._utf8, first=y, passes="none")
+        if room == 1 and self._ending is not None:
+            cursor = self._cursor(state)
+            if cursor is not None:  # one token fits: which, exactly (no search)
+                return self._one_more(state, y, cursor.open_containers, work)
         witness = memo.witness
         if not isinstance(witness, tuple) or len(witness) <= room:
             # (where not even the state's witness fits after y, y must shorten it: the
@@ -742,6 +756,40 @@ class CertifiedBudget:
         found = done.complete(state._matcher, searcher, state._utf8, first=y, passes="breadth",
                               work=work, breadth=_CHILD_BREADTH, ends=self._ends)  # fmt: skip
         return found if found is not None and len(found) <= room else None
+
+    def _one_more(
+        self, state: PushdownState, y: int, open_: int, work: Work | None = None
+    ) -> tuple[int, ...] | None:
+        """A completion of y's next state of at most one token, exactly: nothing where it
+        accepts, else a token z that the parser's mask allows after y, that ends with a byte a
+        member ends with (``ends``) and that closes the containers y leaves open (``open_``
+        before y, less y's closing brackets), and that y then z then EOS parses; ``None`` where
+        no token does (a proof, not a search: at ``{"`` with one token of room a key's first
+        letters took a failing 64-node search each). Spends two of ``work`` for y's parser and
+        its mask, then one a parse."""
+        done = self._completer
+        after = done.utf8_after(state._utf8, (y,))
+        if after < 0 or not spend(work, 2):
+            return None
+        if after == 0 and done.accepts(state._matcher, state._utf8, (y,)):
+            return ()
+        matcher = state._matcher.deep_copy()
+        if not matcher.consume_token(y):
+            return None
+        closers = self._tokenizer.closers
+        need = max(open_ - int(closers[y]), 0)
+        ids = self._ending_ids.get(need)
+        if ids is None:  # (a few hundred ids at most: SmolLM2 has 179 that end an object)
+            ids = self._ending_ids[need] = np.flatnonzero(
+                self._ending & (closers[: self._n] >= need)
+            )
+        words = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
+        for z in ids[(words[ids >> 3] >> (ids & 7)) & 1 == 1].tolist():
+            if not spend(work):
+                return None
+            if done.utf8_after(after, (z,)) == 0 and done.parses(state._matcher, (y, z)):
+                return (z,)
+        return None
 
     def _text(self, witness: tuple[int, ...] | None) -> bytes:
         """The witness's bytes."""
@@ -1519,12 +1567,14 @@ class CertifiedBudget:
             "closer": self._closer,
             "raw": self._raw,
             "reach": self._reach,
+            "ends": self._ends,
             "lower": self._lower_value,  # the bound if computed (not the compiler behind it)
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["closing"], state["shortest"], state["member"], None, None,
-                      state["closer"], state["raw"], reach=state["reach"])  # fmt: skip
+                      state["closer"], state["raw"], reach=state["reach"],
+                      ends=state.get("ends"))  # fmt: skip
         self._pieces = tuple(state["texts"])
         self._lower_value, self._lower_whole = state["lower"], True
 

@@ -38,9 +38,6 @@ _BFS_NODES = 24  # parser states the breadth-first pass may expand
 _DFS_NODES = 8_000  # and each depth-first pass
 MAX_DEPTH = 4096  # bytes
 BYTE_EOS = 256  # EOS in the byte vocabulary the searches parse over (ids 0–255: the bytes)
-# the bytes a JSON text can end with: a value's last (a bracket, a quote, a digit, true's and
-# false's e, null's l), then JSON's whitespace (a layout's, at most)
-JSON_ENDS = sum(1 << b for b in b'}]"0123456789el \t\n\r')
 _FEW = 6  # allowed bytes up to which a search walks them rather than its classes
 _PICKED = 4096  # sets of allowed bytes whose search order a completer keeps
 _BYTES = [bytes([b]) for b in range(256)]
@@ -259,9 +256,9 @@ class Completer:
         pass and parse here draws on (``None``: only ``nodes`` bounds them). ``texts``: what the
         depth-first passes try to write where a byte changed nothing (:meth:`_dfs`).
         ``ends``: the bytes a member can end with (bit b: byte b; ``None``: any), where the
-        grammar says (a JSON value ends with a bracket, a quote, a digit, ``e`` or ``l``, then
-        perhaps whitespace: :data:`JSON_ENDS`): the breadth-first passes ask only whether
-        those bytes end a completion."""
+        grammar knows (a JSON schema's root object ends with ``}``, then perhaps whitespace:
+        :func:`~hf_fvo.grammar.schema.literals.ending_bytes`): the breadth-first passes ask
+        only whether those bytes end a completion."""
         head: tuple[int, ...] = ()
         after = utf8
         if first is not None:

@@ -138,7 +138,7 @@ class PushdownTokenizer:
     def warm(self) -> None:
         """Build the per-token tables the budget rule reads (~0.15 s for a 49k vocabulary,
         once per tokenizer), so that no generation step pays for them."""
-        tables = ("sizes", "characters", "closers", "openers", "plain_lengths",
+        tables = ("sizes", "characters", "closers", "openers", "plain_lengths", "last_bytes",
                   "surrogate_escaped", "not_raw_whole", "spaces_only", "content_index")  # fmt: skip
         for table in tables:
             getattr(self, table)
@@ -167,6 +167,12 @@ class PushdownTokenizer:
         spelled = self.vocab.token_bytes
         counts = [(b or b"").count(b"}") + (b or b"").count(b"]") for b in spelled]
         return np.minimum(np.array(counts, dtype=np.int64), 255).astype(np.uint8)
+
+    @functools.cached_property
+    def last_bytes(self) -> np.ndarray:
+        """Per token id, its last byte (256 where it spells nothing): a token that completes a
+        text ends it."""
+        return np.array([b[-1] if b else 256 for b in self.vocab.token_bytes], dtype=np.int16)
 
     @functools.cached_property
     def openers(self) -> np.ndarray:

@@ -38,6 +38,7 @@ from hf_fvo.grammar.schema.facts import definitions_of, ref_target
 from hf_fvo.grammar.schema.patterns import python_tree
 
 __all__ = [
+    "ending_bytes",
     "fewest_tokens",
     "fewest_tokens_unordered",
     "literal_blocks",
@@ -58,6 +59,71 @@ _MAX_ITEMS = 4096
 # keywords beside a $ref that say nothing of the value (the reference alone decides)
 _REF_SIBLINGS = {"$ref", "$defs", "definitions", "$schema", "$id", "$comment", "title",
                  "description", "default", "examples"}  # fmt: skip
+
+
+_SPACE = frozenset(b" \t\n\r")  # JSON's whitespace: a layout may end a text with it
+_ANY_END = frozenset(b'}]"0123456789el')  # the last byte of any JSON value
+_TYPE_END = {"object": b"}", "array": b"]", "string": b'"', "integer": b"0123456789",
+             "number": b"0123456789", "boolean": b"e", "null": b"l"}  # fmt: skip
+_OPAQUE = ("not", "if", "allOf", "dependentSchemas")  # (read as: any value's last byte)
+
+
+def ending_bytes(schema: Any) -> frozenset[int]:
+    """The bytes a member's JSON text can end with, however it is spaced: its value's last
+    byte (``}`` for an object, ``]``, ``"``, a digit however a number is spelled, ``e`` of
+    true and false, ``l`` of null), then JSON's whitespace. Read from the root's ``type``,
+    ``const``, ``enum``, ``anyOf``/``oneOf`` and plain ``$ref``; anything else counts as any
+    JSON value (a superset: never a byte too few).
+
+    Example:
+        >>> from hf_fvo.grammar.schema.literals import ending_bytes
+        >>> def shown(ends):  # (the bytes past JSON's whitespace)
+        ...     return "".join(sorted(chr(b) for b in ends if b > 32))
+        >>> shown(ending_bytes({"type": "object"})), len(ending_bytes({"type": "object"}))
+        ('}', 5)
+        >>> shown(ending_bytes({"anyOf": [{"type": "integer"}, {"enum": [True, None]}]}))
+        '0123456789el'
+    """
+    return _ends(schema, definitions_of(schema), 0) | _SPACE
+
+
+def _ends(s: Any, defs: dict[str, Any], depth: int) -> frozenset[int]:
+    if depth > 64 or not isinstance(s, dict):
+        return _ANY_END
+    if "$ref" in s:
+        if isinstance(s["$ref"], str) and set(s) <= _REF_SIBLINGS:
+            return _ends(ref_target(s, defs), defs, depth + 1)
+        return _ANY_END
+    if any(k in s for k in _OPAQUE):
+        return _ANY_END
+    out = _ANY_END
+    kind = s.get("type")
+    if kind is not None:
+        kinds = [kind] if isinstance(kind, str) else kind if isinstance(kind, list) else None
+        if kinds is None or not all(isinstance(k, str) and k in _TYPE_END for k in kinds):
+            return _ANY_END
+        out = frozenset(b"".join(_TYPE_END[k] for k in kinds))
+    values = [s["const"]] if "const" in s else s.get("enum") if "enum" in s else None
+    if isinstance(values, list):
+        last = frozenset(b"".join(_value_end(v) for v in values))
+        out &= last if last <= _ANY_END else _ANY_END
+    for key in ("anyOf", "oneOf"):
+        branches = s.get(key)
+        if isinstance(branches, list):
+            out &= frozenset().union(*(_ends(b, defs, depth + 1) for b in branches))
+    return out
+
+
+def _value_end(v: Any) -> bytes:
+    """The bytes a JSON value equal to ``v`` can end with (a number: any digit, as ``1.0`` and
+    ``1e0`` equal ``1``)."""
+    if isinstance(v, bool) or v is None:
+        return b"e" if v is not None else b"l"
+    if isinstance(v, int | float):
+        return _TYPE_END["number"]
+    if isinstance(v, str):
+        return b'"'
+    return b"}" if isinstance(v, dict) else b"]" if isinstance(v, list) else bytes(_ANY_END)
 
 
 def literal_blocks(schema: Any, compact: bool = True) -> list[bytes | frozenset[int]]:
