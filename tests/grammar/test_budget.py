@@ -1048,6 +1048,20 @@ def test_the_byte_search_walks_a_forced_run_at_once_and_finds_what_it_found_byte
     assert checked >= 300 and found >= 50 and forced >= 50, (checked, found, forced)
 
 
+def _compiled_members(tokenizer, count: int):
+    """(row, a valid instance, its compact grammar) for the first ``count`` MaskBench rows
+    that have a valid instance and compile."""
+    for row in [json.loads(line) for line in MASKBENCH.open()][:count]:
+        data = next((t["data"] for t in row["tests"] if t["valid"]), None)
+        if data is None:
+            continue
+        try:
+            g = Grammar.from_json_schema(row["schema"], tokenizer, whitespace="")
+        except GrammarError:
+            continue
+        yield row, data, g
+
+
 def test_a_schema_s_members_end_with_its_ending_bytes():
     """The breadth-first search asks whether a child ends a member only for the bytes the
     schema's members can end with (``ending_bytes``: ``}`` then whitespace for an object,
@@ -1086,16 +1100,8 @@ def test_the_breadth_first_search_asks_only_bytes_a_member_can_end_with(smol_tok
     byte."""
     from hf_fvo.grammar.schema.literals import ending_bytes
 
-    rows = [json.loads(line) for line in MASKBENCH.open()]
     compared = found = 0
-    for row in rows[:30]:
-        data = next((t["data"] for t in row["tests"] if t["valid"]), None)
-        if data is None:
-            continue
-        try:
-            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
-        except GrammarError:
-            continue
+    for row, data, g in _compiled_members(smol_tokenizer, 30):
         done, s, ends = g._completer, g.initial_state, g.budget_rule._ends
         body = prepare_json_schema(row["schema"]).schema
         assert ends == sum(1 << b for b in ending_bytes(body))
@@ -1120,17 +1126,9 @@ def test_with_one_token_of_room_the_rule_knows_exactly_which_tokens_finish(smol_
     (nobody here wrote them), for candidates at each state, it finds a completion exactly
     where some token the mask allows after y (every one of them parsed, here) completes the
     text, and what it finds parses."""
-    rows = [json.loads(line) for line in MASKBENCH.open()]
     rng = random.Random(1)
     asked = finishing = 0
-    for row in rows[:16]:
-        data = next((t["data"] for t in row["tests"] if t["valid"]), None)
-        if data is None:
-            continue
-        try:
-            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
-        except GrammarError:
-            continue
+    for row, data, g in _compiled_members(smol_tokenizer, 16):
         rule, done, s = g.budget_rule, g._completer, g.initial_state
         ids = smol_tokenizer.encode(json.dumps(data, separators=(",", ":")))
         for k, token in enumerate(ids):

@@ -72,6 +72,8 @@ _SEARCH_WORK = 1 << 15  # parser operations a state's own witness search may spe
 _SHORTER_WORK = 1 << 13  # and its search for one shorter than a loose witness it inherited
 _CLOSE_CREDIT = 2048  # and its closings (each success earns back what it cost, and 3 more)
 _CLOSING = 16  # operations a closing written counts for (the schema cursor's Python: ~100 µs)
+_TOKEN_MASK = 16  # and a parser copy's mask over the vocabulary (~40 µs: a byte mask's ~2)
+_SPELLED = 4  # bytes of a text spelled in the fewest tokens per operation (~1 µs a byte)
 _PREFIXES_FROM = 64  # candidates left from which the state's own closings' prefixes go first
 _PREFIX_CLOSINGS = 16  # and how many of its closings they are read from
 _MEMBER_BYTES = 1 << 16  # longest built member walked (a witness for budgets of ~10⁴ tokens)
@@ -765,11 +767,11 @@ class CertifiedBudget:
         member ends with (``ends``) and that closes the containers y leaves open (``open_``
         before y, less y's closing brackets), and that y then z then EOS parses; ``None`` where
         no token does (a proof, not a search: at ``{"`` with one token of room a key's first
-        letters took a failing 64-node search each). Spends two of ``work`` for y's parser and
-        its mask, then one a parse."""
+        letters took a failing 64-node search each). Spends ``_TOKEN_MASK`` of ``work`` for
+        y's parser and its mask over the vocabulary, then one a parse."""
         done = self._completer
         after = done.utf8_after(state._utf8, (y,))
-        if after < 0 or not spend(work, 2):
+        if after < 0 or not spend(work, _TOKEN_MASK):
             return None
         if after == 0 and done.accepts(state._matcher, state._utf8, (y,)):
             return ()
@@ -1124,7 +1126,8 @@ class CertifiedBudget:
         schema writes ``":"a","manifest":{…}}``). Each call spends one of ``work`` (its
         closings, at most ``_CLOSINGS``, are written and parsed for that): one for the call,
         ``_CLOSING`` per closing written (the schema cursor's Python costs about as many
-        parses) and one per parse."""
+        parses) and one per ``_SPELLED`` bytes of it (its fewest tokens: ~1 µs a byte), and one
+        per parse."""
         cursor = self._cursor(state)
         if cursor is None or not spend(work):
             return None
@@ -1136,7 +1139,7 @@ class CertifiedBudget:
                 return None
         done = self._completer
         for text in cursor.each_closing_bytes():
-            if not spend(work, _CLOSING):  # (a closing written)
+            if not spend(work, _CLOSING + len(text) // _SPELLED):  # (a closing written, spelled)
                 return None
             rest = self._fewest(text)
             if rest is None or len(rest) > room:

@@ -46,6 +46,7 @@ _COMMA, _QUOTE, _BACKSLASH = b',"\\'  # (as ints)
 _CUT_BYTES = 8192  # longest depth-first completion shortened
 _CUT_TRIES = 512  # parses one shortening may spend
 _IDLE = 32  # bytes leaving the allowed bytes unchanged after which a descent tries new classes
+_SPELLED = 4  # bytes of a found text spelled in the fewest tokens per operation of the work
 
 
 class Work:
@@ -287,8 +288,8 @@ class Completer:
             if text is None:
                 text = self._bytes_dfs(searcher, after, nodes, every=True, work=work,
                                        texts=texts)  # fmt: skip
-        if text is None:
-            return None
+        if text is None or not spend(work, len(text) // _SPELLED):  # (its spelling: ~1 µs a
+            return None  # byte, a Python pass over the text)
         tokens = self.fewest_tokens(text)
         if (tokens is not None and spend(work)
                 and self.accepts(matcher, utf8, (*head, *tokens))):  # fmt: skip
