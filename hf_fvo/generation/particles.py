@@ -18,9 +18,11 @@ leaves the batch. With the masked proposal (``phi="uniform"``) a step asks the g
 distinct (state, remaining budget), masks every particle's row of the logits in one tensor
 operation and draws for all of them in one multinomial call. Where the grammar decides A_t
 token by token (:meth:`~hf_fvo.grammar.Grammar.lazy_admissible`: pushdown grammars, wherever a
-verified completion fits the budget), a particle checks its draws instead of building A_t, and
-carries an unbiased estimate of p_t(A_t) as its weight (:func:`_lazy_draw`): the same target,
-at a fraction of the grammar's work. :attr:`ParticleReport.seconds` says where the time went.
+verified completion fits the budget; A_t is :meth:`~hf_fvo.grammar.Grammar.admissible`'s, a
+draw that begins the state's witness a member without building it), a particle checks its
+draws and carries an unbiased estimate of p_t(A_t) as its weight (:func:`_lazy_draw`): the
+same target, under the same work bound as every decoder's. :attr:`ParticleReport.seconds`
+says where the time went.
 """
 
 from __future__ import annotations

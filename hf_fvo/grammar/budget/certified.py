@@ -34,8 +34,8 @@ from hf_fvo.grammar.budget.memo import (
     BudgetMemo,
     Follower,
     Found,
-    LazyCheck,
     Loose,
+    Opening,
     RoomCheck,
     SharedHeirs,
 )
@@ -59,7 +59,6 @@ _SPLICE_TRIES = 1024  # of which its splices (a parse each), before the closings
 _CONTINUED = 8  # completions found by a check's searches that later candidates may continue
 _CHILD_BREADTH = 64  # and the breadth-first pass that follows where that found none to fit
 _CHILD_NODES = 400  # parser states each of those searches may visit per depth-first pass
-_LAZY_ROOM = 0  # room beyond a state's witness from which its budget rule is lazy
 _LAZY_SLACK = 4  # tokens of room beyond a loose witness that make a shorter one not worth a search
 _PROBE_FROM = 512  # candidates from which one probe mask beats a parser walk per token
 _CERTIFY_FROM = 32  # and from which the free-string certificate is asked first
@@ -380,51 +379,66 @@ class CertifiedBudget:
         return entry.keep
 
     def lazy_admissible(self, state: PushdownState, remaining: int | None) -> LazyAdmissible | None:
-        """Wherever the state's witness fits the room: the budget rule decided per token, up to
-        the end of the budget (particles there ask for one state's set per step each, and a
-        whole set costs a certification the draws mostly do not need). A token y is admitted
-        when y's next state has a verified completion within the room, found as
-        :meth:`admissible` finds them (y spells the beginning of the witness; the witness
-        still completes after y; a search from y's next state), with no limit on how many
-        tokens are searched: the set can only be larger than :meth:`admissible`'s and admits
-        no output that cannot finish in time."""
+        """:meth:`admissible`'s set decided per token where the room binds and the state's
+        witness fits it (particles draw a token or two from the parser's set and check them;
+        the whole set costs a check the draws mostly do not need). A token that begins the
+        witness (its bytes, the rest in the fewest tokens fitting: the check's first test,
+        run before any of its work is spent) is a member at once; any other token is
+        answered from the whole check (:meth:`kept`), computed at the first such question
+        under the same work bound as every decoder's. The set is :meth:`admissible`'s token
+        for token, whichever tokens were asked first: it depends on (state, room) alone."""
         self._check_state(state)
         if remaining is None or remaining <= 1 or state is self._terminal:
             return None
+        if state is self._initial and self._start_tokens + 1 > remaining:
+            return None  # (no member is that short: admissible() says so at once)
         room = remaining - 2
         if self._far(state, room):
             return None  # admissible() is the parser's mask: nothing to save
-        witness = self._witness_at(state, room)  # (the one _within uses)
-        if witness is None or room < len(witness) + _LAZY_ROOM:
-            return None
-        memo = self._memos[state]
-        if memo.lazy is None or memo.lazy.room != room:
-            memo.lazy = LazyCheck(room, {}, [None], self._tails(witness, room),
-                                  self._text(witness))  # fmt: skip
-        _, verdicts, resolved, tails, text = memo.lazy
         lock = self._lock
+        with lock:
+            witness, first = self._opening(state, room)
+        if witness is None or room < len(witness):
+            return None
+        accepting = self.is_accepting(state)
+        eos, n = self._eos, self._n
 
         def admits(token: int) -> bool:
             token = int(token)
+            if token in eos:
+                return accepting
+            if not 0 <= token < n:
+                return False
+            if first[token]:
+                return True
             with lock:
-                if token not in verdicts:
-                    verdicts[token] = self._admits(state, room, token, witness, tails, text)
-                return verdicts[token]
+                return bool(self.kept(state, remaining)[token])
 
         def resolve() -> torch.Tensor:
             with lock:
-                return resolved_set().clone()
-
-        def resolved_set() -> torch.Tensor:
-            if resolved[0] is None:
-                mask = self.allowed(state)
-                mask[: self._n] = torch.from_numpy(self._within(state, room, None).view(np.bool_))
-                if self.is_accepting(state):
-                    mask[list(self._eos)] = True
-                resolved[0] = mask
-            return resolved[0]
+                return self.admissible(state, remaining)
 
         return LazyAdmissible(self.allowed(state), admits, resolve)
+
+    def _opening(self, state: PushdownState, room: int) -> tuple[Any, np.ndarray]:
+        """The witness a check at ``room`` starts from and the tokens its first test keeps
+        (:meth:`_witness_prefixes`: those that spell a beginning of the witness's bytes when
+        the rest fits), computed once per (state, room): the whole check and the
+        token-by-token rule read the same. Where a witness inherited for a larger room
+        (evicted from the shared initial state's checks) does not fit, one search for a
+        shorter one first."""
+        entry = self._room(state, room)
+        if entry.opening is None:
+            witness = self._witness_at(state, room)
+            if witness is not None and len(witness) > room + 1 and not isinstance(witness, Found):
+                self._memos[state].witness = Loose(witness)
+                witness = self.completion(state)
+            keep = np.zeros(self._n, dtype=np.uint8)
+            spent = Work(_STEP_WORK)
+            if witness:
+                self._witness_prefixes(_Check(state, room, keep, entry.heirs, spent), witness)
+            entry.opening = Opening(witness, keep, spent.spent)
+        return entry.opening[:2]
 
     def _witness_at(self, state: PushdownState, room: int) -> tuple[int, ...] | None:
         """The state's witness for a budget check with ``room``: a loose one that leaves
@@ -455,46 +469,6 @@ class CertifiedBudget:
             best = respelled
         closed = self._closed(state, None, len(best or witness) - 1)
         return tuple(closed) if closed is not None else best
-
-    def _admits(
-        self,
-        state: PushdownState,
-        room: int,
-        y: int,
-        witness: tuple[int, ...],
-        tails: dict[int, tuple[int, ...]],
-        text: bytes,
-    ) -> bool:
-        """Whether y's next state has a verified completion within ``room`` (EOS: whether
-        ``state`` accepts), by the tests :meth:`_within` applies, in its order (``witness``:
-        the one :meth:`_within` uses; ``tails`` and ``text``: its :meth:`_tails` and
-        :meth:`_text`)."""
-        if y in self._eos:
-            return self.is_accepting(state)
-        if not 0 <= y < self._n or not self._bits(state)[y]:
-            return False
-        heirs = self._room(state, room).heirs
-        if witness and y == witness[0] and len(witness) - 1 <= room:
-            heirs.setdefault(y, witness[1:])
-            return True
-        spelled = self._vocab.token_bytes[y]
-        found = None
-        if witness and spelled and text.startswith(spelled):  # y spells a beginning of it
-            found = self._spelled_rest(state, y, text, len(spelled), room)
-        if found is None:
-            tail = tails.get(int(self._utf8_next[state._utf8, y]))
-            if tail is not None and self._completer.parses(state._matcher, (y, *tail)):
-                found = tail  # the witness still completes after y
-        if found is None:
-            found = self._spliced(state, y, room, text)
-        if found is None:
-            found = self._closed(state, y, room)
-        if found is None:
-            found = self._searched(state, y, room)
-        if found is None:
-            return False
-        heirs.setdefault(y, found)
-        return True
 
     def _spelled_rest(
         self, state: PushdownState, y: int, text: bytes, j: int, room: int
@@ -854,17 +828,14 @@ class CertifiedBudget:
         state's own witness, found once per state under its own bound (``_SEARCH_WORK``), and
         the probe's masks."""
         done = self._completer
-        keep = np.zeros(self._n, dtype=np.uint8)
         entry = self._room(state, room)
         heirs = entry.heirs
         step = None if work is None else Work(work)  # every phase below draws on it
+        witness, first = self._opening(state, room)  # (the witness's beginnings kept)
+        keep = first.copy()
+        if step is not None:
+            step.spend(min(entry.opening.spent, step.left))
         check = _Check(state, room, keep, heirs, step)
-        witness = self._witness_at(state, room)
-        if witness is not None and len(witness) > room + 1 and not isinstance(witness, Found):
-            # inherited from a check for a larger room (evicted from the shared initial
-            # state's): search once for a shorter one
-            self._memos[state].witness = Loose(witness)
-            witness = self.completion(state)
         matcher, utf8 = state._matcher, state._utf8
         bits = self._bits(state)
         if room == 0 and (cursor := self._cursor(state)) is not None:
@@ -872,8 +843,6 @@ class CertifiedBudget:
             # token over the vocabulary, not a parse: at the end of a budget most of ~49k
             # admissible tokens fail, one parse and a failed search each)
             bits = bits & (self._tokenizer.closers[: self._n] >= cursor.open_containers)
-        if witness:
-            self._witness_prefixes(check, witness)
         tails = self._tails(witness, room)
         cand = bits & (keep ^ 1)  # admissible and not kept yet (0/1 per id)
         inside = None

@@ -1,7 +1,7 @@
 """What the budget rule knows of a state, kept beside it: its witness (:data:`UNKNOWN`, a plain
 tuple inherited from its parent, :class:`Found` by its own search, :class:`Loose` from a splice
-or a depth-first search alone), its checks by room (:class:`RoomCheck`, :class:`SharedHeirs`),
-the token-by-token rule's (:class:`LazyCheck`), all in one :class:`BudgetMemo`; and the other
+or a depth-first search alone), its checks by room (:class:`RoomCheck`, :class:`SharedHeirs`,
+:class:`Opening`), all in one :class:`BudgetMemo`; and the other
 parsers that follow a grammar's states token by token (:class:`Follower`).
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 from hf_fvo.errors import GrammarError
 from hf_fvo.grammar.pushdown.engine import limits
 
-__all__ = ["UNKNOWN", "BudgetMemo", "Follower", "Found", "LazyCheck", "Loose", "RoomCheck",
+__all__ = ["UNKNOWN", "BudgetMemo", "Follower", "Found", "Loose", "Opening", "RoomCheck",
            "SharedHeirs"]  # fmt: skip
 
 UNKNOWN: Any = object()  # a state's witness before it is searched for
@@ -34,27 +34,28 @@ class RoomCheck:
     """What the budget checks for one room found at one state so far: the admitted non-EOS
     ids (0/1 per id, ``None`` until the whole set is computed), the children's witnesses by
     token (``heirs``) and those shared by many tokens (``shared``: a string's or the probe's
-    certificate; ``classes``: the string classes')."""
+    certificate; ``classes``: the string classes'); its start (``opening``: :class:`Opening`,
+    ``None`` until asked)."""
 
-    __slots__ = ("classes", "heirs", "keep", "shared")
+    __slots__ = ("classes", "heirs", "keep", "opening", "shared")
 
     def __init__(self) -> None:
         self.keep: np.ndarray | None = None
+        self.opening: Opening | None = None
         self.heirs: dict[int, tuple[int, ...]] = {}
         self.shared: SharedHeirs | None = None
         self.classes: SharedHeirs | None = None
 
 
-class LazyCheck(NamedTuple):
-    """The token-by-token budget rule at one state and room
-    (:meth:`CertifiedBudget.lazy_admissible`): the verdicts so far, the whole set once
-    resolved (a one-item list), and the witness's tails and text it tests with."""
+class Opening(NamedTuple):
+    """A budget check's start at one state and room (``CertifiedBudget._opening``): the
+    witness it starts from, the tokens its first test keeps (0/1 per id: those that spell a
+    beginning of the witness's bytes, the rest fitting) and the parser operations that test
+    spent (the check's work counts them)."""
 
-    room: int
-    verdicts: dict[int, bool]
-    resolved: list[Any]
-    tails: dict[int, tuple[int, ...]]
-    text: bytes
+    witness: Any
+    keep: np.ndarray
+    spent: int
 
 
 class BudgetMemo:
@@ -62,10 +63,10 @@ class BudgetMemo:
     about one state, kept beside it (weakly keyed by the state) rather than in it: the
     witness (a verified completion) and the spellings of its suffixes; the budget checks by
     room and the parent's (``hints``: their heirs are tried before a search); the
-    token-by-token rule's last room; and the byte-vocabulary and marked parsers (see
+    byte-vocabulary and marked parsers (see
     :class:`Follower`)."""
 
-    __slots__ = ("bytewise", "hints", "lazy", "marked", "rooms", "suffixes", "witness")
+    __slots__ = ("bytewise", "hints", "marked", "rooms", "suffixes", "witness")
 
     def __init__(
         self,
@@ -80,7 +81,6 @@ class BudgetMemo:
         self.suffixes = suffixes  # (witness text, its spellings)
         self.hints = hints
         self.bytewise, self.marked = shadows
-        self.lazy: LazyCheck | None = None
 
 
 class Found(tuple):
