@@ -15,8 +15,10 @@ draft's own grammar work falls between forwards, outside the processor). Two tim
   the budget, the scores masked) — greedy, sampled and beams; per row-step = the call ÷ its rows;
 - *between forwards*: the wall time from the end of one forward to the start of the next (the
   grammar step plus everything else the decoding loop does: Transformers' own step, and for
-  particles the weights and resampling) — every decoder, particles included; per row-step
-  likewise.
+  particles the weights, resampling and the runs the grammar spells) — every decoder,
+  particles included; per row-step = the gap ÷ the tokens the next forward feeds (rows ×
+  tokens a row: particles feed all rows packed in one sequence, each its last token and the
+  run after it, every token a row-step whose set was computed).
 
 Each output's wall time is set beside the model's unconstrained ``generate`` of as many new
 tokens with as many rows (greedy; 4 beams; 8 sampled sequences), run right after it: "over 2×"
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -71,7 +74,9 @@ class _Clock:
     def _start(self, module, args, kwargs) -> None:
         if self._end is not None:
             ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs_embeds"))
-            rows = ids.shape[0] if isinstance(ids, torch.Tensor) else 1
+            # row-steps fed: rows × tokens each (particles pack every row's last token and the
+            # run the grammar spelled after it into one sequence: each token a row-step)
+            rows = math.prod(ids.shape[:2]) if isinstance(ids, torch.Tensor) else 1
             self.gaps.append((time.perf_counter() - self._end, rows))
 
     def _stop(self, module, args, output) -> None:
@@ -234,8 +239,9 @@ def main() -> None:
                 if args.open_values else f"every {args.every}th row ")
              + "of each development file that "
              f"compiles, shortest member ≤ {args.longest} tokens); SmolLM2-135M-Instruct, "
-             "float32, one thread. Per row-step: a processor call (or the time between two "
-             "forwards) ÷ its rows; the first step of each output (the start's sets, the "
+             "float32, one thread. Per row-step: a processor call ÷ its rows (the time "
+             "between two forwards ÷ the tokens the second feeds: particles pack their rows "
+             "and runs); the first step of each output (the start's sets, the "
              "first time a grammar meets a budget) apart, its max in its own column, the "
              "others after it. 'over 2×': outputs whose wall time exceeds twice the "
              "unconstrained generate() of as many new tokens and rows.", "",
