@@ -1164,6 +1164,46 @@ def test_with_one_token_of_room_the_rule_knows_exactly_which_tokens_finish(smol_
     assert asked >= 600 and finishing >= 100, (asked, finishing)  # (739 and 184 written)
 
 
+@pytest.mark.parametrize("whitespace", ["", "pretty"])
+def test_inside_a_key_one_token_of_room_refuses_without_a_parse_only_what_cannot_finish(
+    smol_tokenizer, whitespace
+):
+    """Inside a key with one token of room after y, the tokens that keep the text inside the
+    key, or close it with nothing after, are refused from the vocabulary's bytes alone
+    (``_key_lasts``: no single token ends a key, writes its value and closes the containers).
+    A proof, so it must agree with the exact answer: along MaskBench's valid instances
+    (nobody here wrote them), compact and indented, at each state inside a key, every token
+    it refuses that the parser allows finds no completion of one token by the mask after y
+    (``_one_more``, exact: the test above), 24 sampled per state and every one that holds a
+    quote; and it refuses most of the keys' candidates (at ``{"`` ~400 masks a step)."""
+    rng = random.Random(2)
+    states = refused = 0
+    for row, data, _ in _compiled_members(smol_tokenizer, 40):
+        try:
+            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace=whitespace)
+        except GrammarError:
+            continue
+        rule, s = g.budget_rule, g.initial_state
+        text = json.dumps(data, indent=2 if whitespace else None,
+                          separators=None if whitespace else (",", ":"))  # fmt: skip
+        for k, token in enumerate(smol_tokenizer.encode(text)[:30]):
+            cursor = rule._cursor(s)
+            if s._utf8 == 0 and cursor is not None and cursor.in_key:
+                allowed = g.allowed(s)[: rule._n].numpy().astype(np.uint8)
+                out = np.flatnonzero(rule._key_lasts(cursor.open_containers) & allowed)
+                quoted = [y for y in out.tolist() if b'"' in rule._vocab.token_bytes[y]]
+                picks = set(quoted) | set(rng.sample(out.tolist(), min(24, len(out))))
+                for y in sorted(picks):
+                    assert rule._one_more(s, y, cursor.open_containers) is None, (
+                        row["description"], k, smol_tokenizer.decode([y]))  # fmt: skip
+                states += 1
+                refused += len(out)
+            s = g.next_state(s, token)
+            if s is None:
+                break
+    assert states >= 40 and refused >= 40 * states, (states, refused)
+
+
 class _WordsParser:
     """A byte parser over a few words (the byte vocabulary's interface that the searches use)
     whose mask also allows ``spurious`` bytes that a parse refuses, as llguidance's mask

@@ -217,6 +217,7 @@ class CertifiedBudget:
         if self._reach:
             self._depth = int(tokenizer.openers[: self._n].max(initial=0))
         self._ending: np.ndarray | None = None  # per id: whether it may end a member (0/1)
+        self._key_refused: dict[int, np.ndarray] = {}  # (_key_lasts, by open containers)
         self._ending_ids: dict[int, np.ndarray] = {}  # those that hold n closers, by n
         if self._ends is not None:
             ends = np.array([self._ends >> b & 1 for b in range(257)], dtype=np.uint8)
@@ -733,6 +734,31 @@ class CertifiedBudget:
                               work=work, breadth=_CHILD_BREADTH, ends=self._ends)  # fmt: skip
         return found if found is not None and len(found) <= room else None
 
+    def _key_lasts(self, open_: int) -> np.ndarray:
+        """Inside a key, with ``open_`` containers open (a check with one token of room after
+        y: y, then at most one token, then EOS): per token y (0/1), whether no single token
+        can finish y's text. y that is string content (:attr:`PushdownTokenizer.content_after`)
+        leaves the text inside the key: the token after it needs a quote then a colon; y that
+        is plain content then the closing quote needs a colon after it; either needs as many
+        closing brackets as y leaves open (``open_`` less y's, counted as if they closed) and
+        to end with a byte a member ends with (``ends``). A proof without a parse: in SmolLM2's
+        vocabulary no token holds both a colon and a closing bracket, so at ``{"`` with one
+        token of room every key's first letters are refused at once (each took a mask over
+        the vocabulary: ~400 of them)."""
+        found = self._key_refused.get(open_)
+        if found is None:
+            tok, n = self._tokenizer, self._n
+            closers = tok.closers[:n].astype(np.int64)
+            kinds = tok.key_closers[:n]
+            need = np.maximum(open_ - closers, 0)
+            found = np.zeros(n, dtype=bool)
+            for kind, ys in ((1, tok.content_after[:n] >= 0), (2, (kinds & 4) != 0)):
+                finishers = (self._ending == 1) & ((kinds & kind) != 0)
+                most = int(closers[finishers].max()) if finishers.any() else -1
+                found |= ys & (need > most)
+            found = self._key_refused[open_] = found.astype(np.uint8)
+        return found
+
     def _one_more(
         self, state: PushdownState, y: int, open_: int, work: Work | None = None
     ) -> tuple[int, ...] | None:
@@ -843,6 +869,11 @@ class CertifiedBudget:
             # token over the vocabulary, not a parse: at the end of a budget most of ~49k
             # admissible tokens fail, one parse and a failed search each)
             bits = bits & (self._tokenizer.closers[: self._n] >= cursor.open_containers)
+        elif (room == 1 and utf8 == 0 and self._ending is not None
+                and (cursor := self._cursor(state)) is not None and cursor.in_key):  # fmt: skip
+            # y then at most one token: what keeps the text inside the key needs a token
+            # that ends it, writes a value and closes every container (_key_lasts: often none)
+            bits = bits & (self._key_lasts(cursor.open_containers) ^ 1)
         tails = self._tails(witness, room)
         cand = bits & (keep ^ 1)  # admissible and not kept yet (0/1 per id)
         inside = None

@@ -139,7 +139,8 @@ class PushdownTokenizer:
         """Build the per-token tables the budget rule reads (~0.15 s for a 49k vocabulary,
         once per tokenizer), so that no generation step pays for them."""
         tables = ("sizes", "characters", "closers", "openers", "plain_lengths", "last_bytes",
-                  "surrogate_escaped", "not_raw_whole", "spaces_only", "content_index")  # fmt: skip
+                  "surrogate_escaped", "not_raw_whole", "spaces_only", "content_index",
+                  "key_closers")  # fmt: skip
         for table in tables:
             getattr(self, table)
 
@@ -167,6 +168,23 @@ class PushdownTokenizer:
         spelled = self.vocab.token_bytes
         counts = [(b or b"").count(b"}") + (b or b"").count(b"]") for b in spelled]
         return np.minimum(np.array(counts, dtype=np.int64), 255).astype(np.uint8)
+
+    @functools.cached_property
+    def key_closers(self) -> np.ndarray:
+        """Per token id, which of a JSON key's ends it can write (bits, 0 for none): 1 where
+        its bytes hold a quote and a colon after it (it can end a key and begin its value);
+        2 where they hold a colon (it can follow a key's closing quote); 4 where they are
+        plain content (:attr:`plain_lengths`) then one quote (inside a key: they close it,
+        nothing after)."""
+        spelled, plain = self.vocab.token_bytes, self.plain_lengths
+
+        def kinds(b: bytes, n: int) -> int:
+            quote = b.find(b'"')
+            ended = quote >= 0 and b.find(b":", quote + 1) >= 0
+            return ended | (b":" in b) << 1 | (b[n:] == b'"') << 2
+
+        return np.array([kinds(b or b"", int(n)) for b, n in zip(spelled, plain, strict=False)],
+                        dtype=np.uint8)  # fmt: skip
 
     @functools.cached_property
     def last_bytes(self) -> np.ndarray:

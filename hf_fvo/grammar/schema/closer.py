@@ -458,6 +458,22 @@ class JsonCursor:
             return None
         return lexeme.text, lexeme.nodes
 
+    @property
+    def in_key(self) -> bool:
+        """Inside a key, at a character boundary with no escape begun: string content written
+        here leaves the text inside the key (only an unescaped quote ends it, and a colon
+        must follow).
+
+        Example:
+            >>> from hf_fvo.grammar.schema.closer import JsonCursor
+            >>> start = JsonCursor.start({})
+            >>> start.feed(b'{"na').in_key, start.feed(b'{"a":"').in_key
+            (True, False)
+        """
+        lexeme = self._lexeme
+        return (lexeme is not None and lexeme.kind == "s" and lexeme.key
+                and not lexeme.escape and not self._pending)  # fmt: skip
+
     def string_reader(self) -> tuple[Any, frozenset[int]] | None:
         """Inside a string value (at a character boundary) whose schemas say what finishes it
         from how it began in one of two ways: a ``pattern`` alone (``{"type": "string",
