@@ -620,10 +620,11 @@ class Grammar(ABC):
     # -- derived ------------------------------------------------------------------------------
 
     def lazy_admissible(self, state: State, remaining: int | None) -> LazyAdmissible | None:
-        """:meth:`admissible`'s budget rule decided one token at a time, where the grammar can
-        do that more cheaply than the whole set (pushdown grammars far from the end of the
-        budget); ``None`` where it cannot (the default). A sampler draws from the superset and
-        checks its draw: one check a step instead of one per token.
+        """:meth:`admissible`'s set asked one token at a time, where the grammar can answer
+        some tokens more cheaply than the whole set (pushdown grammars where the state's
+        witness fits the room: a token that begins it is a member at once); ``None`` where it
+        cannot (the default). The set is :meth:`admissible`'s token for token, whichever
+        tokens are asked first. A sampler draws from the superset and checks its draw.
 
         Example:
             >>> from hf_fvo import Grammar
