@@ -1027,17 +1027,9 @@ def test_the_byte_search_walks_a_forced_run_at_once_and_finds_what_it_found_byte
 
     key = "k" * 40
     long_key = {"type": "object", "required": [key], "properties": {key: {"type": "integer"}}}
-    rows = [{"schema": long_key, "tests": [{"valid": True, "data": {key: 7}}]}]
-    rows += [json.loads(line) for line in MASKBENCH.open()]
+    first = [{"schema": long_key, "tests": [{"valid": True, "data": {key: 7}}]}]
     checked, found, forced = 0, 0, 0
-    for row in rows[:40]:
-        data = next((t["data"] for t in row["tests"] if t["valid"]), None)
-        if data is None:
-            continue
-        try:
-            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace="")
-        except GrammarError:
-            continue
+    for row, data, g in _compiled_members(smol_tokenizer, 40, first=first):
         done, s = g._completer, g.initial_state
         for token in smol_tokenizer.encode(json.dumps(data, separators=(",", ":")))[:40]:
             searcher = g.budget_rule._bytewise.parser(g.budget_rule._memos[s])
@@ -1054,15 +1046,16 @@ def test_the_byte_search_walks_a_forced_run_at_once_and_finds_what_it_found_byte
     assert checked >= 300 and found >= 50 and forced >= 50, (checked, found, forced)
 
 
-def _compiled_members(tokenizer, count: int):
-    """(row, a valid instance, its compact grammar) for the first ``count`` MaskBench rows
-    that have a valid instance and compile."""
-    for row in [json.loads(line) for line in MASKBENCH.open()][:count]:
+def _compiled_members(tokenizer, count: int, whitespace: str = "", first: list = ()):
+    """(row, a valid instance, its grammar in the ``whitespace`` layout) for the first
+    ``count`` rows (``first``, then MaskBench's) that have a valid instance and compile."""
+    rows = [*first, *(json.loads(line) for line in MASKBENCH.open())]
+    for row in rows[:count]:
         data = next((t["data"] for t in row["tests"] if t["valid"]), None)
         if data is None:
             continue
         try:
-            g = Grammar.from_json_schema(row["schema"], tokenizer, whitespace="")
+            g = Grammar.from_json_schema(row["schema"], tokenizer, whitespace=whitespace)
         except GrammarError:
             continue
         yield row, data, g
@@ -1178,11 +1171,7 @@ def test_inside_a_key_one_token_of_room_refuses_without_a_parse_only_what_cannot
     quote; and it refuses most of the keys' candidates (at ``{"`` ~400 masks a step)."""
     rng = random.Random(2)
     states = refused = 0
-    for row, data, _ in _compiled_members(smol_tokenizer, 40):
-        try:
-            g = Grammar.from_json_schema(row["schema"], smol_tokenizer, whitespace=whitespace)
-        except GrammarError:
-            continue
+    for row, data, g in _compiled_members(smol_tokenizer, 40, whitespace):
         rule, s = g.budget_rule, g.initial_state
         text = json.dumps(data, indent=2 if whitespace else None,
                           separators=None if whitespace else (",", ":"))  # fmt: skip
