@@ -1565,6 +1565,29 @@ def test_a_descent_without_the_schema_s_texts_leaves_a_run_of_content_behind(smo
     assert witness is not None and len(witness) <= 4, smol_tokenizer.decode(witness or [])
 
 
+def test_a_pickled_grammar_refuses_the_budgets_its_check_refuses(smol_tokenizer):
+    """Under ``key_order="any"`` the masks admit ``{}`` and the final check requires every key:
+    the lower bound counts them, and a budget below it is refused before generation. A copy
+    (pickle: another process) refuses the same budgets with the same bounds, and its check
+    still refuses the masks' shortest text."""
+    import pickle
+
+    names = [f"k{i}" for i in range(12)]
+    schema = {"type": "object", "properties": {n: {"type": "integer"} for n in names},
+              "required": names}  # fmt: skip
+    g = Grammar.from_json_schema(schema, smol_tokenizer, whitespace="", key_order="any")
+    bounds = g.shortest_bounds(g.initial_state)
+    copy = pickle.loads(pickle.dumps(g))
+    assert copy.shortest_bounds(copy.initial_state) == bounds
+    lower = bounds[0]
+    for grammar in (g, copy):
+        refusal = grammar.budget_refusal(grammar.initial_state, lower)
+        assert isinstance(refusal, BudgetTooSmallError), refusal
+        assert "passes its final check (#: properties)" in str(refusal)
+        assert grammar.budget_refusal(grammar.initial_state, lower + 1) is None
+        assert grammar.check(grammar.completion(grammar.initial_state)) is not None  # `{}`
+
+
 def test_a_search_writes_an_unanchored_pattern_s_match_it_cannot_find_byte_by_byte(
     smol_tokenizer,
 ):

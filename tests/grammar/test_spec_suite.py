@@ -112,3 +112,24 @@ def test_key_order_any_judges_const_and_enum_instances_in_their_own_key_order(sm
             state = g.walk(ids)
             accepted = state is not None and g.is_accepting(state) and g.check(ids) is None
             assert accepted == case["valid"], (row["description"], case["description"])
+
+
+def test_a_pickled_grammar_keeps_its_final_check(compiled):
+    """A copy of a grammar (pickle, deepcopy: another process, a worker) decides what the
+    original's final check decides: the language does not grow when the grammar travels. Each
+    suite schema with a check, its instances as written, through the copy's check."""
+    import pickle
+
+    refused = 0
+    for row, g in compiled:
+        if not isinstance(g, Grammar) or not g.checked:
+            continue
+        copy = pickle.loads(pickle.dumps(g))
+        assert copy.checked == g.checked, row["description"]
+        for case in row["tests"]:
+            written = json.dumps(in_schema_order(case["data"], row["schema"]),
+                                 separators=(",", ":"), ensure_ascii=False)  # fmt: skip
+            verdict = g.check_text(written)
+            assert copy.check_text(written) == verdict, (row["description"], case["description"])
+            refused += verdict is not None
+    assert refused >= 100  # (the check decides many of the suite's invalid cases)

@@ -1572,12 +1572,13 @@ class CertifiedBudget:
             "reach": self._reach,
             "ends": self._ends,
             "lower": self._lower_value,  # the bound if computed (not the compiler behind it)
+            "checked_lower": self.checked_lower,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["closing"], state["shortest"], state["member"], None, None,
-                      state["closer"], state["raw"], reach=state["reach"],
-                      ends=state.get("ends"))  # fmt: skip
+                      state["closer"], state["raw"], checked_lower=state["checked_lower"],
+                      reach=state["reach"], ends=state.get("ends"))  # fmt: skip
         self._pieces = tuple(state["texts"])
         self._lower_value, self._lower_whole = state["lower"], True
 

@@ -397,6 +397,8 @@ class PushdownGrammar(Grammar):
             "notes": self._notes,
             "finite": self._finite,
             "budget": self._budget,  # (its facts, not its memos)
+            "check": self._final_check,  # (what the masks do not enforce: the language's own)
+            "checked": self._checked,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -408,6 +410,8 @@ class PushdownGrammar(Grammar):
         self._finite = state.get("finite")
         self._setup(PushdownTokenizer(self._vocab))
         state["budget"].attach(self)
+        if state.get("check") is not None:
+            self._attach_check(state["check"], state["checked"])
 
     def __repr__(self) -> str:
         return f"PushdownGrammar({self._source}, vocab_size={self._vocab_size})"

@@ -276,5 +276,15 @@ class SchemaCheck:
                               for p in error.absolute_schema_path)  # fmt: skip
         return f"{where}: {error.message}"
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # (its validator is a class made at run time: a copy is rebuilt from the schema's text)
+        text, formats = self.key
+        return _rebuilt, (text, formats)
+
     def __repr__(self) -> str:
         return f"SchemaCheck({json.dumps(self.schema, default=str)[:60]})"
+
+
+def _rebuilt(text: str, formats: bool) -> SchemaCheck:
+    """A :class:`SchemaCheck` from its key (a pickled copy)."""
+    return SchemaCheck(json.loads(text), formats=formats)
