@@ -43,6 +43,8 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
     ap.add_argument("--summarize", nargs="+", help="progress files of interrupted runs: the "
                     "table of the tasks every engine finished")  # fmt: skip
+    ap.add_argument("--against", nargs="+", help="progress files of an earlier run: each "
+                    "engine paired with its own records there (how far a row moved)")  # fmt: skip
     args = ap.parse_args()
     tok = load_default_tokenizer()
     if args.build:
@@ -114,34 +116,53 @@ def report(records: list[dict], count: int, whitespace: str | None, args) -> Non
         "",
         *paired(records, "masked"),
     ]
+    if args.against:
+        earlier: dict[tuple[str, str], dict] = {}
+        for name in args.against:  # (the first record of a task and engine counts)
+            with Path(name).open() as fh:
+                for row in map(json.loads, fh):
+                    earlier.setdefault((row["engine"], row["name"]), row)
+        files = ", ".join(f"`{Path(n).name}`" for n in args.against)
+        lines += ["", *paired(records, None, earlier, f"the same engine's records in {files}")]
     harness.publish(lines, args.write)
 
 
-def paired(records: list[dict], base: str) -> list[str]:
-    """Each engine against ``base`` on the same tasks (the same seed): the mean difference of
+def paired(
+    records: list[dict],
+    base: str | None,
+    earlier: dict[tuple[str, str], dict] | None = None,
+    what: str = "",
+) -> list[str]:
+    """Each engine against ``base`` on the same tasks (the same seed) — or, with ``base``
+    ``None``, against its own ``earlier`` records (by engine and task): the mean difference of
     leaf fractions (± 1.96 standard errors), and the tasks only one of the two got exactly
-    right (McNemar's discordant pairs, with the two-sided exact binomial p-value)."""
+    right (McNemar's discordant pairs, with the two-sided exact binomial p-value). An engine
+    with no task to pair is left out."""
     from scipy.stats import binomtest
 
-    by = {(r["engine"], r["name"]): r for r in records}
+    by = {(r["engine"], r["name"]): r for r in records} if earlier is None else earlier
     lines = [
-        f"Paired against *{base}* (same tasks, same seeds): difference in leaves (± 95 %); "
-        "exact-match discordant tasks (engine only / base only, two-sided sign test p):",
+        f"Paired against {what or f'*{base}*'} (same tasks, same seeds): difference in leaves "
+        "(± 95 %); exact-match discordant tasks (engine only / base only, two-sided sign test "
+        "p):",
         "",
     ]
     for engine in dict.fromkeys(r["engine"] for r in records):
         if engine == base:
             continue
-        pairs = [(r, by[(base, r["name"])]) for r in records
-                 if r["engine"] == engine and (base, r["name"]) in by]  # fmt: skip
+        other_engine = engine if base is None else base
+        pairs = [(r, by[(other_engine, r["name"])]) for r in records
+                 if r["engine"] == engine and (other_engine, r["name"]) in by]  # fmt: skip
+        if not pairs:
+            continue
         d = [a["leaves"] - b["leaves"] for a, b in pairs]
         mean = sum(d) / len(d)
         se = (sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1) / len(d)) ** 0.5
         only = sum(bool(a["exact"]) and not b["exact"] for a, b in pairs)
         other = sum(bool(b["exact"]) and not a["exact"] for a, b in pairs)
         p = binomtest(only, only + other).pvalue if only + other else 1.0
-        lines.append(f"- {engine}: leaves {mean:+.2f} ± {1.96 * se:.2f}; exact {only} / {other} "
-                     f"(p = {p:.2g})")  # fmt: skip
+        lines.append(f"- {engine} ({len(pairs)} tasks): leaves {mean:+.2f} ± {1.96 * se:.2f}; "
+                     f"exact {only} / {other} (p = {p:.2g})")  # fmt: skip
     return lines
 
 
