@@ -1577,8 +1577,9 @@ class CertifiedBudget:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["closing"], state["shortest"], state["member"], None, None,
-                      state["closer"], state["raw"], checked_lower=state["checked_lower"],
-                      reach=state["reach"], ends=state.get("ends"))  # fmt: skip
+                      state["closer"], state["raw"],
+                      checked_lower=state.get("checked_lower", False), reach=state["reach"],
+                      ends=state.get("ends"))  # fmt: skip
         self._pieces = tuple(state["texts"])
         self._lower_value, self._lower_whole = state["lower"], True
 
