@@ -9,6 +9,7 @@ token trie best-first by each law's own path probability, until the unexplored m
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,8 +126,18 @@ def grammar_conditional_law(
     tol: float = 0.0,
     max_nodes: int = 100_000,
     batch_size: int = 32,
+    warpers: Sequence[Any] = (),
 ) -> TerminalLaw:
     """μ*(x) = p(x | prompt)·1[x ∈ L] / Z, from sequence likelihoods (no Φ involved).
+
+    With ``warpers`` (Transformers' sampling warpers, in the order ``generate`` applies them:
+    temperature, top-h, top-k, top-p, min-p, typical, ε, η), p is replaced by q, the product
+    of the warped conditionals (what unconstrained sampling with those settings draws):
+    q(x)·1[x ∈ L] / Z, the law ``generate(particles=N, temperature=…, top_p=…)`` targets.
+
+    Raises:
+        InvalidArgumentError: a warper that reads more than the step's scores (penalties read
+            the prefix: no reference law is computed for them here).
 
     Example:
         >>> import torch
@@ -140,13 +151,19 @@ def grammar_conditional_law(
         (6, 1.0)
     """
     lm = PrefixLM.wrap(model, batch_size=batch_size)
+    if warpers:
+        lm = _WarpedLM(lm, warpers)
     before = lm.forwards
     # exact Φ's best-first exploration by p; its complete sequences carry their likelihoods
     exact = ExactPhi(grammar, lm, tol=tol, max_nodes=max_nodes, max_prompts=1)
     explored = exact.root_exploration(tuple(prompt), max_new_tokens)
-    return TerminalLaw.from_log_weights(
-        explored.completions(), explored.residual, lm.forwards - before
-    )
+    found = explored.completions()
+    if warpers and not found:
+        raise InvalidArgumentError(
+            f"no member of {grammar.source} has positive probability under the warped model "
+            f"({', '.join(type(w).__name__ for w in warpers)}) within the budget"
+        )
+    return TerminalLaw.from_log_weights(found, explored.residual, lm.forwards - before)
 
 
 def sampling_law(
@@ -348,3 +365,44 @@ def _explore(
             batch.append((weight, child, grammar.next_state(parent_state, tok)))
     residual = math.exp(frontier.log_mass()) if len(frontier) else 0.0
     return done, residual, lm.forwards - forwards_before
+
+
+# Transformers' warpers whose output is a function of the step's scores alone
+_SCORES_ONLY = (
+    "TemperatureLogitsWarper",
+    "TopHLogitsWarper",
+    "TopKLogitsWarper",
+    "TopPLogitsWarper",
+    "MinPLogitsWarper",
+    "TypicalLogitsWarper",
+    "EpsilonLogitsWarper",
+    "EtaLogitsWarper",
+)
+
+
+class _WarpedLM(PrefixLM):
+    """``lm``'s rows after ``warpers``, renormalised: log q(· | prompt + prefix). The warpers
+    act on log-probabilities, which differ from the logits by a constant per row: each of them
+    is invariant to that shift after its own softmax (temperature scales it away)."""
+
+    def __init__(self, lm: PrefixLM, warpers: Sequence[Any]) -> None:
+        others = [type(w).__name__ for w in warpers if type(w).__name__ not in _SCORES_ONLY]
+        if others:
+            raise InvalidArgumentError(
+                f"the warped law is computed for warpers that read the scores only "
+                f"({', '.join(_SCORES_ONLY)}), not {', '.join(others)}"
+            )
+        self.__dict__.update(lm.__dict__)  # the same model, caches and counters
+        self.inner, self.warpers = lm, tuple(warpers)
+
+    def next_logprobs(
+        self, prompt: Sequence[int], prefixes: Sequence[Sequence[int]]
+    ) -> torch.Tensor:
+        rows = self.inner.next_logprobs(prompt, prefixes)
+        self.forwards = self.inner.forwards
+        if not len(rows):
+            return rows
+        ids = torch.empty((len(rows), 0), dtype=torch.long)
+        for warper in self.warpers:
+            rows = warper(ids, rows)
+        return torch.log_softmax(rows, -1)

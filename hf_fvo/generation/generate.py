@@ -122,7 +122,10 @@ def generate(
             weighted set. The set targets μ*_B exactly for every ``phi`` (``"uniform"``: the
             masked proposal); Φ̂ decides how many particles suffice. Needs ``do_sample=True``;
             not with a draft model, beams or per-step outputs. p_t is the model's law after the
-            call's other processors (temperature, top-k…, penalties). A particle that fails
+            call's other processors and warpers (temperature, top-k, top-p…, penalties): the
+            target is then q(x)·1[x ∈ L_B]/Z with q the product of those conditionals, what
+            unconstrained sampling with the same settings draws, restricted to the language
+            (Transformers' default ``top_k=50`` is off unless set). A particle that fails
             the grammar's final check (:attr:`Grammar.checked`) gets weight 0. ``"auto"``
             (or an :class:`~hf_fvo.generation.particles.AutoParticles`): runs of 8, 16, …
             particles, pooled, until their smallest effective sample sizes add up to 8

@@ -14,7 +14,7 @@ from hf_fvo.generation.batches import right_padded
 from hf_fvo.generation.particles import AutoParticles, ParticleReport, sample_particles
 from hf_fvo.generation.processors import FVOLogitsProcessor
 from hf_fvo.generation.tracker import left_padding
-from hf_fvo.generation.warpers import truncation
+from hf_fvo.generation.warpers import history_dependent
 
 __all__ = ["particle_decode"]
 
@@ -34,8 +34,9 @@ def particle_decode(
     output (``generate``'s type) and one report per returned row.
 
     Raises:
-        InvalidArgumentError: greedy decoding, beams, or a warper that truncates p_t (particles
-            target μ*_B of the model's law).
+        InvalidArgumentError: greedy decoding, beams, or a processor whose scores depend on
+            more than the row's prefix (particles target q(x)·1[x ∈ L_B]/Z, q the product of
+            the conditionals after the call's processors and warpers).
     """
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
@@ -44,18 +45,18 @@ def particle_decode(
         raise InvalidArgumentError("particles sample: pass do_sample=True")
     if (config.num_beams or 1) > 1:
         raise InvalidArgumentError("particles do not combine with beam search (num_beams)")
-    cut = truncation(config)
-    if cut:
+    others = [p for p in logits_processor if p is not processor]
+    stateful = history_dependent(others)
+    if stateful:
         raise InvalidArgumentError(
-            f"particles target μ*_B of the model's law, which {cut} truncates (set by the "
-            "call, its generation_config or the model's): drop it, or sample without "
-            "particles"
+            f"particles target the law of the processed conditionals, a function of each "
+            f"row's prefix; {stateful} depends on the calls before or the batch's layout: "
+            "drop it, or sample without particles"
         )
     rows = processor.tracker
     copies = config.num_return_sequences or 1
     mask = model_kwargs.get("attention_mask")
     pads = [0] * input_ids.shape[0] if mask is None else left_padding(mask)
-    others = [p for p in logits_processor if p is not processor]
 
     def processed(padding: torch.Tensor) -> Any:
         # the other processors see each row with its left padding, as Transformers built

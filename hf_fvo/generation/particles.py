@@ -260,8 +260,9 @@ def sample_particles(
         max_new_tokens: The budget B (EOS counted): every particle ends inside L_B.
         phi: The twist Φ̂: an estimator name or instance (``"uniform"``: the masked proposal).
         scores: ``scores(input_ids, logits) -> logits`` applied before p_t is taken (the
-            call's other logits processors: temperature, penalties); default: none (p_t is the
-            model's softmax).
+            call's other logits processors and warpers: temperature, top-k/top-p, penalties),
+            so the particles target q(x)·1[x ∈ L_B]/Z with q the product of the processed
+            conditionals; default: none (p_t is the model's softmax, the target μ*_B).
         ess_threshold: Resample when the effective sample size falls below this share of N
             (0 never resamples, 1 always).
         prompt_length: Columns of ``input_ids`` before the grammar's text (default: all; the
