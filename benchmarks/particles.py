@@ -45,7 +45,6 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="where the model runs (e.g. cuda)")
     ap.add_argument("--out", default="/tmp/hf_fvo_particles")
     ap.add_argument("--write", action="store_true", help="update docs/benchmarks.md")
-    ap.add_argument("--overlap", action="store_true", help="next masks in a thread")
     ap.add_argument("--resume", action="store_true", help="keep the schemas --out's progress "
                     "file finished, run the rest")  # fmt: skip
     ap.add_argument("--runs", default="8", help="most spelled-out tokens fed per forward, a "
@@ -53,7 +52,6 @@ def main() -> None:
     args = ap.parse_args()
     import hf_fvo.generation.particles as particles
 
-    particles._OVERLAP = args.overlap
     runs = [int(r) for r in str(args.runs).split(",")]
 
     twists = args.phi.split(",")

@@ -31,7 +31,6 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,13 +64,6 @@ Key = tuple[int, int | None]  # a grammar state's id and the remaining budget
 _TRIALS = 8  # draws checked token by token before a lazily decided A_t is resolved whole
 _MAX_RUN = 8  # most spelled-out tokens a particle feeds after its last one in a forward
 _CHAIN_LIMIT = 32  # admissible sets larger than this are branching points
-# runs go on through prefix chains (the longest token), not only single tokens: measured on
-# four open schemas (N = 32, 128 tokens), 1.01–1.51 tokens per forward against 1.00–1.36, but
-# slower (rejected guesses waste the forward's rows and the chains' lazy checks the grammar's)
-_CHAINS = False
-_OVERLAP = (
-    False  # the next step's masks computed in a thread while the forward runs (2 cores: slower)
-)
 
 
 @dataclass(frozen=True)
@@ -330,8 +322,6 @@ def sample_particles(
     device = input_ids.device
     clock = _Clock()
 
-    vocab = grammar.vocabulary
-    texts = None if vocab is None else vocab.token_bytes
     with clock("forward"):
         forward = _Forward(model, n)
         first = forward.prompt(input_ids)
@@ -350,10 +340,7 @@ def sample_particles(
     tokens_out, row_forwards = 0, 0
     furthest = len(given)  # the most tokens any particle has held (the run lasts that long)
     failed: list[str] = []  # what the final check said of particles it gave weight 0
-    pending: _Masks | None = None  # the next step's masks, prepared during the forward
     sets: _Sets | None = None  # the sets asked while the runs were spelled out
-    job = None
-    overlap = ThreadPoolExecutor(1, thread_name_prefix="hf_fvo-masks") if _OVERLAP else None
     for step in range(budget):
         if not live:
             break
@@ -367,23 +354,20 @@ def sample_particles(
             lse = torch.logsumexp(logits if estimator.is_masking else logits.double(), -1).double()
             emitted: list[list[tuple[int, float, float]]] = [[] for _ in live]
             if estimator.is_masking:  # the runs fed after the last tokens, then the free draws
-                ends, dropped = _verify_runs([ahead[i] for i in live], logits, lse, emitted)
+                ends = _verify_runs([ahead[i] for i in live], logits, lse, emitted)
                 free = [k for k, end in enumerate(ends) if end is not None]
-                if pending is None:  # (the runs' sets: asked where the runs stopped)
-                    pending = _prepare_masks(
-                        sets if sets is not None else _Sets(grammar, rows),
-                        [generated[live[k]] + tuple(y for y, _, _ in emitted[k]) for k in free],
-                    )
+                masks = _prepare_masks(  # (the runs' sets: asked where the runs stopped)
+                    sets if sets is not None else _Sets(grammar, rows),
+                    [generated[live[k]] + tuple(y for y, _, _ in emitted[k]) for k in free],
+                )
                 at = torch.tensor([ends[k] for k in free], dtype=torch.long)
-                drawn = _masked_step(pending, logits[at], lse[at]) if free else []
+                drawn = _masked_step(masks, logits[at], lse[at]) if free else []
                 for k, d in zip(free, drawn, strict=True):
                     emitted[k].append(d)
-                pending = None
             else:
                 drawn = _twisted_step(estimator, grammar, rows, [generated[i] for i in live],
                                       logits, lse, prompt)  # fmt: skip
                 emitted = [[d] for d in drawn]
-                dropped = [0] * len(live)
             row_forwards += len(live)
             for k, i in enumerate(live):
                 for y, z, log_phi_y in emitted[k]:
@@ -403,8 +387,6 @@ def sample_particles(
                         if failure is not None:  # outside L: weight 0 (exact μ*, the check
                             log_w[i] = -math.inf  # decides)
                             failed.append(failure)
-            if any(dropped):  # the cache forgets the rejected runs' tokens
-                forward.trim(dropped)
         if failed and not bool(torch.isfinite(log_w).any()):
             raise CheckFailedError(
                 f"all {n} particles failed the final check of {grammar.source}; the last: "
@@ -447,18 +429,10 @@ def sample_particles(
             if ahead_max:  # the text the grammar spells out after each particle's last token
                 sets, runs = _Sets(grammar, rows), {}
                 for i in live:
-                    ahead[i] = _spelled(sets, generated[i], ahead_max, texts, eos, runs)
+                    ahead[i] = _spelled(sets, generated[i], ahead_max, eos, runs)
             feed = [(generated[i][-1], *ahead[i].tokens) for i in live]
         with clock("forward"):
-            if estimator.is_masking and overlap is not None and not ahead_max:
-                job = overlap.submit(_prepare_masks, _Sets(grammar, rows),
-                                     [generated[i] for i in live])  # fmt: skip
             logits = forward.step(feed)
-        if job is not None:
-            with clock("grammar"):
-                pending, job = job.result(), None
-    if overlap is not None:
-        overlap.shutdown(wait=False)
     unfinished = [i for i in range(n) if not done[i]]
     if unfinished:  # budget-exact admissible sets end every particle within B
         raise ConstraintConflictError(
@@ -560,11 +534,10 @@ def _prepare_masks(sets: _Sets, generated: list[tuple[int, ...]]) -> _Masks:
 
 @dataclass(frozen=True)
 class _Run:
-    """Tokens the grammar spells out after a particle's last one, fed with it to the next
-    forward, and A_t (exact, within the budget) at each of their positions."""
+    """Tokens the grammar spells out after a particle's last one (each the only admissible
+    token at its position, within the budget), fed with it to the next forward."""
 
     tokens: tuple[int, ...] = ()
-    sets: tuple[torch.Tensor, ...] = ()
 
 
 _NO_RUN = _Run()
@@ -574,22 +547,19 @@ def _spelled(
     sets: _Sets,
     generated: tuple[int, ...],
     limit: int,
-    texts: Any,
     eos: tuple[int, ...],
     memo: dict[Key, _Run],
 ) -> _Run:
     """Up to ``limit`` tokens the grammar spells out after ``generated``: at each position the
-    single admissible token, or where the admissible tokens' texts are prefixes of the
-    longest one's (the grammar fixes the text, the tokenizer leaves its split open), that
-    longest token; the run stops at a branching point, where EOS is admissible, or at the
-    limit. A run is a guess (a point mass) that :func:`_verify_runs` accepts with its
-    probability under the masked law; a single admissible token always passes. Runs are
-    kept per (state, remaining budget) in ``memo``."""
+    single admissible token (within the budget); the run stops where more than one token or
+    EOS is admissible, or at the limit. The masked proposal draws such a token with
+    probability 1, so :func:`_verify_runs` keeps every run token. (Guessing through prefix
+    chains as well was measured slower: docs/benchmarks.md.) Runs are kept per (state,
+    remaining budget) in ``memo``."""
     start = sets.key(generated)
     if start in memo:
         return memo[start]
     tokens: list[int] = []
-    masks: list[torch.Tensor] = []
     key = start
     while len(tokens) < limit:
         lazy, mask = sets[key]
@@ -600,25 +570,11 @@ def _spelled(
             break  # ending is a branch
         if lazy is not None:
             ids = [i for i in ids if lazy.admits(i)]
-        if not ids:
+        if len(ids) != 1:
             break
-        token = ids[0]
-        if len(ids) > 1:
-            if (
-                not _CHAINS
-                or texts is None
-                or any(i >= len(texts) or texts[i] is None for i in ids)
-            ):
-                break
-            token = max(ids, key=lambda i: (len(texts[i]), -i))
-            if not all(texts[token].startswith(texts[i]) for i in ids):
-                break
-        exact = torch.zeros_like(mask)
-        exact[ids] = True
-        tokens.append(token)
-        masks.append(exact)
+        tokens.append(ids[0])
         key = sets.key(generated + tuple(tokens))
-    memo[start] = run = _Run(tuple(tokens), tuple(masks))
+    memo[start] = run = _Run(tuple(tokens))
     return run
 
 
@@ -627,50 +583,35 @@ def _verify_runs(
     logits: torch.Tensor,
     lse: torch.Tensor,
     emitted: list[list[tuple[int, float, float]]],
-) -> tuple[list[int | None], list[int]]:
-    """The masked proposal at every run position, as Leviathan's rule with a point-mass
-    draft: run token c at a position with admissible set A is kept with probability
-    q(c) = p_t(c)/p_t(A); else the particle's token there is drawn from q without c, and the
-    run ends. Either way the token is distributed as q, and the particle's weight gains
-    p_t(A), as in a masked step. Row k's positions are ``len(runs[k].tokens) + 1`` rows of
-    ``logits``, one after another (the last: the position after its run).
+) -> list[int | None]:
+    """The masked proposal at every run position: the run token c is A_t's only member, so it
+    is drawn with probability 1 and the particle's weight gains p_t(A_t) = p_t(c), as in a
+    masked step. Row k's positions are ``len(runs[k].tokens) + 1`` rows of ``logits``, one
+    after another (the last: the position after its run).
 
-    Appends each row's tokens (y, log p_t(A), 0.0) to ``emitted[k]``. Returns, per row, the
-    index of its position after the run where the whole run was kept (else ``None``), and
-    how many of its fed tokens the cache must drop (those after a rejected one)."""
+    Appends each row's tokens (c, log p_t(c), 0.0) to ``emitted[k]`` (the weight −inf where
+    p_t(c) = 0: the particle dies there). Returns, per row, the index of its position after
+    the run (``None`` where it died inside the run)."""
     counts = [len(run.tokens) for run in runs]
     starts = [0] * len(runs)
     for k in range(1, len(runs)):
         starts[k] = starts[k - 1] + counts[k - 1] + 1
     ends: list[int | None] = [starts[k] + counts[k] for k in range(len(runs))]
-    dropped = [0] * len(runs)
     if not any(counts):
-        return ends, dropped
+        return ends
     at = torch.tensor([starts[k] + j for k in range(len(runs)) for j in range(counts[k])])
-    sets = torch.stack([m for run in runs for m in run.sets])
     tokens = torch.tensor([t for run in runs for t in run.tokens])
-    masked = logits[at].masked_fill(~sets, -math.inf)
-    top = torch.logsumexp(masked, dim=-1)
-    z = (top.double() - lse[at]).tolist()  # log p_t(A) per position
-    keep = torch.exp(masked[torch.arange(len(at)), tokens] - top)  # q(c)
-    coins = (torch.rand(len(at), dtype=torch.float64) < keep.double()).tolist()
+    z = (logits[at, tokens].double() - lse[at]).tolist()  # log p_t(c) per position
     o = 0
     for k, run in enumerate(runs):
         for j, c in enumerate(run.tokens):
             if z[o + j] == -math.inf:
                 emitted[k].append((-1, -math.inf, 0.0))
-            elif coins[o + j]:
-                emitted[k].append((c, z[o + j], 0.0))
-                continue
-            else:  # rejected: q without c
-                rest = masked[o + j].clone()
-                rest[c] = -math.inf
-                y = int(torch.multinomial(torch.softmax(rest, 0), 1))
-                emitted[k].append((y, z[o + j], 0.0))
-            ends[k], dropped[k] = None, len(run.tokens) - j
-            break
+                ends[k] = None
+                break
+            emitted[k].append((c, z[o + j], 0.0))
         o += len(run.tokens)
-    return ends, dropped
+    return ends
 
 
 def _masked_step(
@@ -868,11 +809,6 @@ class _Forward:
             with shared_prefix(self.model, self.cache):
                 return self.model(ids, position_ids=positions, use_cache=True,
                                   **{self.name: self.cache}).logits[0]  # fmt: skip
-
-    def trim(self, dropped: list[int]) -> None:
-        """Forget the last ``dropped[k]`` tokens of row k (a rejected run's)."""
-        drop = torch.tensor(dropped, dtype=torch.long, device=self.cache.lengths.device)
-        self.cache.trim(self.cache.lengths - drop)
 
     def keep(self, index: torch.Tensor) -> None:
         """Keep the cache's rows ``index``, in that order (copies and finished particles)."""

@@ -1,11 +1,10 @@
 """Spelled-out runs and ``particles="auto"`` keep particles on μ*.
 
 A finite regex over a small vocabulary whose tokens spell one another's prefixes (``a``,
-``ab``, ``abc``): where the grammar fixes the text it offers a single token or a prefix chain,
-so particles feed those runs with their last token and the forward scores them at once; a
-prefix chain is a guess kept with its probability under the masked law, and a rejected guess
-is redrawn and dropped from the cache. μ*_B is computed exactly (every member scored), and
-the outputs are compared with it against the null distribution of TV for the number of draws.
+``ab``, ``abc``): where the grammar fixes the text it offers a single token, so particles feed
+those runs with their last token and the forward scores them at once. μ*_B is computed exactly
+(every member scored), and the outputs are compared with it against the null distribution of
+TV for the number of draws.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import math
 import pytest
 import torch
 
-import hf_fvo.generation.particles as particles
 from hf_fvo import Grammar
 from hf_fvo.eval import empirical_tv, grammar_conditional_law, null_tv_percentiles, sampling_law
 from hf_fvo.generation.particles import AutoParticles, sample_particles
@@ -50,45 +48,28 @@ def _outputs(model, grammar, particles_, seed, draws=DRAWS):
     return outputs, reports
 
 
-@pytest.mark.parametrize("chains", [False, True])
-def test_runs_scored_in_one_forward_keep_particles_on_mu_star(monkeypatch, setting, chains):
+def test_runs_scored_in_one_forward_keep_particles_on_mu_star(setting):
     """400 outputs of 64 particles whose spelled-out runs ride along with the next forward
-    (single tokens; with ``chains`` also guessed prefix chains, some rejected) land within the
-    null 99th percentile of TV to μ*_B, which masking is far outside; the runs did happen
-    (more than one token per forward) and, with chains, some guesses were rejected."""
+    land within the null 99th percentile of TV to μ*_B, which masking is far outside; the
+    runs did happen (more than one token per forward)."""
     model, grammar, star, proj = setting
-    monkeypatch.setattr(particles, "_CHAINS", chains)
-    rejected = []
-    verify = particles._verify_runs
-
-    def counted(*args):
-        ends, dropped = verify(*args)
-        rejected.append(sum(dropped))
-        return ends, dropped
-
-    monkeypatch.setattr(particles, "_verify_runs", counted)
     _, p99 = null_tv_percentiles(star, DRAWS, seed=2)
     assert star.tv(proj) > 4 * p99  # masking is far: the test has power
-    outputs, reports = _outputs(model, grammar, 64, seed=3 + chains)
+    outputs, reports = _outputs(model, grammar, 64, seed=3)
     assert empirical_tv(outputs, star) <= p99
     assert max(r.tokens_per_forward for r in reports) > 1.0
-    assert (sum(rejected) > 0) == chains
     assert all(len(r.ess) <= r.positions <= BUDGET for r in reports)  # forwards ≤ positions
 
 
-@pytest.mark.parametrize("chains", [False, True])
-def test_one_particle_with_runs_draws_the_masked_law_with_a_weight_unbiased_for_z(
-    monkeypatch, setting, chains
-):
+def test_one_particle_with_runs_draws_the_masked_law_with_a_weight_unbiased_for_z(setting):
     """One particle never resamples: its output follows the masked law μ_proj exactly (every
-    run token kept with its probability under it, a rejected guess redrawn from the rest),
-    and its weight p(x)/q(x) has mean Z_B = Pr_p[a member within the budget]. 2000 outputs
-    lie within the null 99th percentile of TV to μ_proj (computed exactly), and the mean
-    weight within a 99.9 % normal interval of Z_B (μ*'s members scored one by one)."""
+    run token, the only admissible one, kept with its weight p_t(c)), and its weight
+    p(x)/q(x) has mean Z_B = Pr_p[a member within the budget]. 2000 outputs lie within the
+    null 99th percentile of TV to μ_proj (computed exactly), and the mean weight within a
+    99.9 % normal interval of Z_B (μ*'s members scored one by one)."""
     model, grammar, star, proj = setting
-    monkeypatch.setattr(particles, "_CHAINS", chains)
     draws = 2000
-    outputs, reports = _outputs(model, grammar, 1, seed=7 + chains, draws=draws)
+    outputs, reports = _outputs(model, grammar, 1, seed=7, draws=draws)
     _, p99 = null_tv_percentiles(proj, draws, seed=8)
     assert empirical_tv(outputs, proj) <= p99 < star.tv(proj) / 4
     assert sum(r.tokens_per_forward for r in reports) / draws > 1.0
