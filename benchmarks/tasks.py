@@ -115,6 +115,10 @@ def report(records: list[dict], count: int, whitespace: str | None, args) -> Non
         T.markdown(T.summarize(records)),
         "",
         *paired(records, "masked"),
+        "",
+        *paired(records, "masked greedy"),
+        "",
+        *likelier(records, "masked greedy"),
     ]
     if args.against:
         earlier: dict[tuple[str, str], dict] = {}
@@ -125,6 +129,28 @@ def report(records: list[dict], count: int, whitespace: str | None, args) -> Non
         files = ", ".join(f"`{Path(n).name}`" for n in args.against)
         lines += ["", *paired(records, None, earlier, f"the same engine's records in {files}")]
     harness.publish(lines, args.write)
+
+
+def likelier(records: list[dict], base: str) -> list[str]:
+    """Each engine against ``base`` on log p(x) of its output under the model (the records'
+    ``logp``, EOS included): on how many tasks it is at least ``base``'s, and the median
+    difference. Tasks where either output is missing (a refusal) are left out."""
+    if all(r["engine"] != base for r in records):
+        return []
+    by = {(r["engine"], r["name"]): r for r in records}
+    lines = [f"log p(x) against *{base}* (same tasks): at least as likely / tasks, median "
+             "difference in nats:", ""]  # fmt: skip
+    for engine in dict.fromkeys(r["engine"] for r in records):
+        if engine == base:
+            continue
+        d = sorted(r["logp"] - by[(base, r["name"])]["logp"] for r in records
+                   if r["engine"] == engine and r.get("logp") is not None
+                   and by.get((base, r["name"]), {}).get("logp") is not None)  # fmt: skip
+        if d:
+            at_least = sum(x >= -1e-6 for x in d)
+            lines.append(f"- {engine}: {at_least} / {len(d)} ({at_least / len(d):.2f}); median "
+                         f"{d[len(d) // 2]:+.2f}")  # fmt: skip
+    return lines
 
 
 def paired(
@@ -140,6 +166,8 @@ def paired(
     with no task to pair is left out."""
     from scipy.stats import binomtest
 
+    if base is not None and all(r["engine"] != base for r in records):
+        return []
     by = {(r["engine"], r["name"]): r for r in records} if earlier is None else earlier
     lines = [
         f"Paired against {what or f'*{base}*'} (same tasks, same seeds): difference in leaves "

@@ -57,8 +57,12 @@ __all__ = [
 ]
 
 #: the rows of a task table: one engine each (``particles=N`` for any N works as well)
-ENGINES = ("unconstrained", "masked greedy", "masked", "particles=8", "particles=32",
+#: ``beams=N``: beam search through hf_fvo scored by log p(x) (``length_penalty=0.0``,
+#: ``early_stopping="never"``); ``beams=N normalised``: Transformers' default length scoring
+ENGINES = ("unconstrained", "masked greedy", "beams=4", "masked", "particles=8", "particles=32",
            "xgrammar", "llguidance")  # fmt: skip
+_CANONICAL_BEAMS = {"length_penalty": 0.0, "early_stopping": "never"}
+_ENGINE_FAMILY = re.compile(r"particles=[1-9]\d*|beams=[1-9]\d*( normalised)?")
 _SCHEMA_CHARS = 1500  # longest schema text put in a prompt
 _FENCE = re.compile(r"```(?:json)?\s*\n?(.*?)```", re.S)
 
@@ -300,11 +304,18 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
             grammar = Grammar.from_json_schema(
                 schema, tokenizer, whitespace=whitespace, vocab_size=model.config.vocab_size
             )
-            particles = int(engine.split("=")[1]) if engine.startswith("particles=") else None
-            greedy = engine == "masked greedy"
-            out = generate(model, ids, grammar=grammar, phi="uniform", do_sample=not greedy,
-                           top_k=None if greedy else 0, particles=particles,
-                           max_new_tokens=budget)  # fmt: skip
+            if engine.startswith("beams="):
+                beams, _, scoring = engine.removeprefix("beams=").partition(" ")
+                scored = {} if scoring == "normalised" else _CANONICAL_BEAMS
+                out = generate(model, ids, grammar=grammar, phi="uniform", do_sample=False,
+                               num_beams=int(beams), max_new_tokens=budget, **scored)  # fmt: skip
+            else:
+                particles = (int(engine.split("=")[1]) if engine.startswith("particles=")
+                             else None)  # fmt: skip
+                greedy = engine == "masked greedy"
+                out = generate(model, ids, grammar=grammar, phi="uniform", do_sample=not greedy,
+                               top_k=None if greedy else 0, particles=particles,
+                               max_new_tokens=budget)  # fmt: skip
         new = out[0, ids.shape[1] :].tolist()
     except InvalidArgumentError:
         raise
@@ -312,6 +323,7 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
         refused = f"{type(exc).__name__}: {exc}"[:200]
     seconds = time.perf_counter() - t0
     end = next((i for i, t in enumerate(new) if t in eos), None)
+    logp = _log_likelihood(model, ids, new if end is None else new[: end + 1]) if new else None
     text = tokenizer.decode(new if end is None else new[:end], skip_special_tokens=True)
     result = score(text, instance, fenced=engine == "unconstrained", field=task.get("field"),
                    source=task.get("source"))  # fmt: skip
@@ -325,7 +337,17 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
     return {"name": task["name"], "task": task["task"], "engine": engine, "seed": seed,
             "seconds": round(seconds, 3), "tokens": len(new) if end is None else end,
             "ended": end is not None, "refused": refused, "valid": valid, "text": text[:2000],
-            **result}  # fmt: skip
+            "logp": logp, **result}  # fmt: skip
+
+
+@torch.no_grad()
+def _log_likelihood(model: Any, ids: torch.Tensor, new: list[int]) -> float:
+    """log p(new | ids) under the model itself (no processor), EOS included when it is there:
+    what the mode decoders maximise."""
+    whole = torch.cat([ids, torch.tensor([new], dtype=ids.dtype)], dim=1).to(model.device)
+    logits = model(input_ids=whole).logits[0, ids.shape[1] - 1 : -1].double().cpu()
+    picked = torch.log_softmax(logits, -1).gather(1, whole[0, ids.shape[1] :, None].cpu())
+    return float(picked.sum())
 
 
 def _wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -400,15 +422,17 @@ def check_engines(engines: Sequence[str]) -> list[str]:
 
     Example:
         >>> from hf_fvo.eval.tasks import check_engines
-        >>> check_engines(["masked", "particles=16"])
+        >>> check_engines(["masked", "particles=16", "beams=8 normalised"])
         []
     """
     import importlib.util
 
     for engine in engines:
-        n = engine.removeprefix("particles=")
-        if engine not in ENGINES and not (engine.startswith("particles=") and n.isdigit()):
-            raise InvalidArgumentError(f"unknown engine {engine!r}: one of {', '.join(ENGINES)}")
+        if engine not in ENGINES and not _ENGINE_FAMILY.fullmatch(engine):
+            raise InvalidArgumentError(
+                f"unknown engine {engine!r}: one of {', '.join(ENGINES)} (or particles=N, "
+                "beams=N, beams=N normalised)"
+            )
     peers = [e for e in engines if e in ("xgrammar", "llguidance")]
     missing = [p for p in ("outlines", *peers) if peers and importlib.util.find_spec(p) is None]
     if missing:

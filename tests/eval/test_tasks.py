@@ -134,7 +134,7 @@ def tiny_task_setup(smol_tokenizer):
     return model, task
 
 
-@pytest.mark.parametrize("engine", [*ENGINES, "particles=2"])
+@pytest.mark.parametrize("engine", [*ENGINES, "particles=2", "beams=2 normalised"])
 def test_every_engine_runs_a_task_and_constrained_outputs_are_never_invalid(
     engine, tiny_task_setup, smol_tokenizer
 ):
@@ -151,6 +151,7 @@ def test_every_engine_runs_a_task_and_constrained_outputs_are_never_invalid(
         wrapped = outlines.from_transformers(model, smol_tokenizer)
     r = run_task(task, engine, model, smol_tokenizer, seed=1, wrapped=wrapped)
     assert r["engine"] == engine and r["tokens"] <= task["max_new_tokens"]
+    assert r["logp"] is None or r["logp"] < 0.0  # the output's log-likelihood, when there is one
     if engine != "unconstrained" and r["parsed"]:
         assert r["valid"], (engine, r["text"])
 
@@ -185,7 +186,7 @@ def test_engines_are_checked_before_any_task_runs(monkeypatch):
 
     from hf_fvo.eval.tasks import check_engines
 
-    for bad in ("beam", "particles=many"):
+    for bad in ("beam", "particles=many", "beams=0", "beams=4 sideways", "particles=0"):
         with pytest.raises(InvalidArgumentError, match="unknown engine"):
             check_engines([bad])
     real = importlib.util.find_spec
