@@ -213,7 +213,7 @@ def bench(args: argparse.Namespace) -> int:
     for row in tqdm(rows, desc=f"hf-fvo bench {args.suite}", unit="row"):
         results.append(run_row(row, model, tokenizer, phi=args.phi, draft=draft,
                                samples=args.samples, tol=args.tol, proj_tol=args.proj_tol,
-                               particles=args.particles,
+                               particles=args.particles, beams=args.beams,
                                sampled_phi=args.sampled_phi,
                                max_nodes=args.max_nodes, seed=args.seed))  # fmt: skip
     return _write_results(out_dir, results, _provenance(args.argv) + markdown(results))
@@ -457,10 +457,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--particles", type=_count(0), default=0,
                    help="add sequential Monte Carlo with this many particles: one output per "
                    "run, --samples runs (TV to μ* where exact, log Ẑ, ESS, seconds)")  # fmt: skip
+    p.add_argument("--beams", type=_count(0), default=0,
+                   help="where μ* is exact: beam search with this many beams scored by log p(x), "
+                   "and greedy masking, against μ*'s most likely member")  # fmt: skip
     p.add_argument("--rows", nargs="*", help="only rows whose name contains one of these")
     p.add_argument("--engines", help="task suites (transcribe, shorten): a comma list of "
-                   "unconstrained, masked greedy, masked, particles=N, xgrammar, llguidance "
-                   "(default: all, with particles=8 and particles=32)")  # fmt: skip
+                   "unconstrained, masked greedy, beams=N, beams=N normalised, masked, "
+                   "particles=N, xgrammar, llguidance (default: all, with beams=4, "
+                   "particles=8 and particles=32)")  # fmt: skip
     p.add_argument("--first", type=_count(1), help="task suites: only the first N tasks")
     p.add_argument(
         "--whitespace",

@@ -131,10 +131,12 @@ def run_row(
     max_nodes: int = 50_000,
     seed: int = 0,
     particles: int = 0,
+    beams: int = 0,
 ) -> dict:
     """Measure one suite row: exact TV(μ_proj, μ*) and TV(μ_Φ̂, μ*) where an oracle applies, a
     sampled comparison otherwise, and with a ``draft`` FVO-Spec acceptance and tokens/s.
-    ``particles`` > 0 adds sequential Monte Carlo (:func:`_particle_row`).
+    ``particles`` > 0 adds sequential Monte Carlo (:func:`_particle_row`); ``beams`` > 0, where
+    μ* is exact, the mode decoders against μ*'s most likely member (:func:`_mode_row`).
 
     Trie oracles explore μ* (and exact Φ) until the unexplored mass is at most ``tol``, and
     μ_proj until ``proj_tol``: masking spreads its mass over character-split tokenizations, a
@@ -221,6 +223,8 @@ def run_row(
     if particles and samples:
         out.update(_particle_row(model, g, prompt, budget, particles, samples, seed,
                                  star if out["exact"] else None))  # fmt: skip
+    if beams and star is not None and out["exact"]:
+        out.update(_mode_row(model, g, prompt, budget, beams, star))
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -255,6 +259,29 @@ def _particle_row(
     if star is not None:
         out["tv_smc_star"] = empirical_tv(draws, star)
         out["tv_smc_null_p95"] = null_tv_percentiles(star, samples, q=(0.95,), seed=seed)[0]
+    return out
+
+
+def _mode_row(
+    model: Any, g: Grammar, prompt: tuple[int, ...], budget: int, beams: int, star: TerminalLaw
+) -> dict:
+    """Greedy masking and ``beams`` beams scored by log p(x) (``length_penalty=0.0``,
+    ``early_stopping="never"``) against μ*'s most likely member: whether each returned it, and
+    how far below it each output's μ* log-probability lies (0: the mode; ``inf`` outside the
+    explored support)."""
+    mode = max(star.probs, key=star.probs.get)
+    ids, eos, out = torch.tensor([prompt]), g.eos_token_id, {"beams": beams}
+    runs = {"greedy": {}, "beam": {"num_beams": beams, "length_penalty": 0.0,
+                                    "early_stopping": "never"}}  # fmt: skip
+    for key, kwargs in runs.items():
+        t0 = time.perf_counter()
+        row = generate(model, ids, grammar=g, do_sample=False, max_new_tokens=budget,
+                       **kwargs)[0, len(prompt) :].tolist()  # fmt: skip
+        x = tuple(row[: row.index(eos) + 1]) if eos in row else tuple(row)
+        p = star.probs.get(x, 0.0)
+        out[f"{key}_is_mode"] = x == mode
+        out[f"{key}_gap"] = float(np.log(star.probs[mode]) - np.log(p)) if p else float("inf")
+        out[f"{key}_seconds"] = time.perf_counter() - t0
     return out
 
 
@@ -317,6 +344,9 @@ def markdown(results: list[dict]) -> str:
             ("particles", "particles N"), ("tv_smc_star", "TV(SMC, μ*)"),
             ("tv_smc_null_p95", "… null p95"), ("smc_log_z", "log Ẑ (median)"),
             ("smc_min_ess", "min ESS (median)"), ("smc_seconds", "s per SMC output"),
+            ("beams", "beams"), ("beam_is_mode", "beams = μ* mode"),
+            ("beam_gap", "beams' log-gap to the mode"), ("greedy_is_mode", "greedy = mode"),
+            ("greedy_gap", "greedy's log-gap"),
             ("acceptance", "acceptance"),
             ("tokens_per_s", "tokens/s"), ("seconds", "seconds")]  # fmt: skip
     lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * len(cols)]

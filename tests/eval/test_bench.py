@@ -97,6 +97,25 @@ def test_particle_rows_report_log_z_ess_and_a_tv_to_mu_star_within_its_null(smol
     assert "TV(SMC, μ*)" in markdown([result])
 
 
+def test_mode_rows_compare_beams_and_greedy_with_mu_stars_most_likely_member(smol_tokenizer):
+    """``beams=N`` on a trie row: each decoder's output is checked against μ*'s argmax, and its
+    gap is log μ*(mode) − log μ*(output) (0 at the mode, never negative)."""
+    from hf_fvo.eval import grammar_conditional_law
+    from tests.lms import tiny_llama
+
+    row = {"name": "pets", "family": "choices", "grammar": json.dumps(["cat", "dog", "bird"]),
+           "prompt": "Pet?", "model": "default", "oracle": "trie", "max_new_tokens": 8}  # fmt: skip
+    model = tiny_llama(len(smol_tokenizer), smol_tokenizer.eos_token_id, seed=2)
+    result = run_row(row, model, smol_tokenizer, tol=0.0, proj_tol=0.0, samples=0, beams=16)
+    g, prompt = suite_grammar(row, smol_tokenizer, len(smol_tokenizer))
+    star = grammar_conditional_law(g, model, prompt)
+    widest = max(len({s[:i] for s in star.probs if len(s) > i}) for i in range(8))
+    assert widest <= 16  # 16 beams hold every prefix: beam search is exhaustive here
+    assert result["beams"] == 16 and result["beam_is_mode"] and result["beam_gap"] == 0.0
+    assert result["greedy_gap"] >= 0.0 and result["greedy_is_mode"] == (result["greedy_gap"] == 0)
+    assert "beams = μ* mode" in markdown([result])
+
+
 def test_rows_without_an_oracle_sample_a_feasible_estimator_instead_of_exact(smol_tokenizer):
     from hf_fvo.models import tiny_random_llama
 
