@@ -58,11 +58,13 @@ __all__ = [
 
 #: the rows of a task table: one engine each (``particles=N`` for any N works as well)
 #: ``beams=N``: beam search through hf_fvo scored by log p(x) (``length_penalty=0.0``,
-#: ``early_stopping="never"``); ``beams=N normalised``: Transformers' default length scoring
+#: ``early_stopping="never"``); ``beams=N normalised``: Transformers' default length scoring;
+#: ``beams=N keep_greedy``: ``generate(num_beams=N, keep_greedy=True)`` (the likelier by log p(x)
+#: of masked greedy's output and the normalised beams')
 ENGINES = ("unconstrained", "masked greedy", "beams=4", "masked", "particles=8", "particles=32",
            "xgrammar", "llguidance")  # fmt: skip
 _CANONICAL_BEAMS = {"length_penalty": 0.0, "early_stopping": "never"}
-_ENGINE_FAMILY = re.compile(r"particles=[1-9]\d*|beams=[1-9]\d*( normalised)?")
+_ENGINE_FAMILY = re.compile(r"particles=[1-9]\d*|beams=[1-9]\d*( normalised| keep_greedy)?")
 _SCHEMA_CHARS = 1500  # longest schema text put in a prompt
 _FENCE = re.compile(r"```(?:json)?\s*\n?(.*?)```", re.S)
 
@@ -306,7 +308,8 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
             )
             if engine.startswith("beams="):
                 beams, _, scoring = engine.removeprefix("beams=").partition(" ")
-                scored = {} if scoring == "normalised" else _CANONICAL_BEAMS
+                scored = ({} if scoring == "normalised" else {"keep_greedy": True}
+                          if scoring == "keep_greedy" else _CANONICAL_BEAMS)  # fmt: skip
                 out = generate(model, ids, grammar=grammar, phi="uniform", do_sample=False,
                                num_beams=int(beams), max_new_tokens=budget, **scored)  # fmt: skip
             else:
@@ -431,7 +434,7 @@ def check_engines(engines: Sequence[str]) -> list[str]:
         if engine not in ENGINES and not _ENGINE_FAMILY.fullmatch(engine):
             raise InvalidArgumentError(
                 f"unknown engine {engine!r}: one of {', '.join(ENGINES)} (or particles=N, "
-                "beams=N, beams=N normalised)"
+                "beams=N, beams=N normalised, beams=N keep_greedy)"
             )
     peers = [e for e in engines if e in ("xgrammar", "llguidance")]
     missing = [p for p in ("outlines", *peers) if peers and importlib.util.find_spec(p) is None]

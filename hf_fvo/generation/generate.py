@@ -26,11 +26,13 @@ from hf_fvo.generation.drafts import (
     verifier_temperature,
 )
 from hf_fvo.generation.feasibility import check_feasible
+from hf_fvo.generation.likeliest import keep_greedy as keep_greedy_decode
 from hf_fvo.generation.loops import assisted_decoding, decoding_loop, why_not_assisted
 from hf_fvo.generation.mode import DecodingRequest, decoding_mode
 from hf_fvo.generation.options import PER_STEP_OUTPUTS, GenerateOptions, check_input_ids
 from hf_fvo.generation.particle_loop import particle_decode
 from hf_fvo.generation.particles import AutoParticles, ParticleReport
+from hf_fvo.generation.prefill import prompt_cache
 from hf_fvo.generation.processors import FVOLogitsProcessor, vocabulary_mismatch
 from hf_fvo.generation.redraws import redraw_failed
 from hf_fvo.generation.speculative import GrammarAwareCandidateGenerator, model_vocab_size
@@ -70,6 +72,7 @@ def generate(
     grammar_draft: bool | None = None,
     particles: int | str | AutoParticles | None = None,
     check_tries: int = 8,
+    keep_greedy: bool = False,
     **generate_kwargs: Any,
 ) -> Any:
     """Run ``model.generate`` so that it samples p_t·Φ̂_t on the grammar's admissible sets.
@@ -179,9 +182,19 @@ def generate(
     input_ids = check_input_ids(input_ids)
     options = GenerateOptions(
         grammar, phi, prompt_length, assistant_model, draft_phi, blind_draft,
-        num_assistant_tokens, grammar_draft, particles, check_tries,
+        num_assistant_tokens, grammar_draft, particles, check_tries, keep_greedy,
     )  # fmt: skip
-    out = _generate(model, input_ids, options, generate_kwargs)
+    if keep_greedy:
+        config = generate_kwargs.get("generation_config") or model.generation_config
+        pad = generate_kwargs.get("pad_token_id", getattr(config, "pad_token_id", None))
+        out = keep_greedy_decode(
+            lambda ids, kw: _generate(model, ids, options, kw), model, input_ids, generate_kwargs,
+            eos_token_ids=grammar.eos_token_ids,
+            pad_token_id=grammar.eos_token_id if pad is None else pad,
+            vocab_size=model_vocab_size(model) or grammar.vocab_size,
+        )  # fmt: skip
+    else:
+        out = _generate(model, input_ids, options, generate_kwargs)
     if not grammar.checked or options.particles is not None:  # particles weigh the check
         return out
 
@@ -228,6 +241,7 @@ def _generate(
         width=model_vocab_size(model) or grammar.vocab_size,
         splits=model_memory(model, "splits", SPLITS_KEPT), streamer=kwargs.get("streamer"),
     )  # fmt: skip
+    _read_prompt_once(model, input_ids, options, kwargs)
     extra = kwargs.pop("logits_processor", None) or []
     out = model.generate(
         input_ids,
@@ -340,6 +354,27 @@ class _Call:
             kw.get("inputs_tensor"), kw["logits_processor"], stats=self.stats,
             splits=self.splits, **self.draft_kwargs,
         )  # fmt: skip
+
+
+def _read_prompt_once(
+    model: Any, input_ids: torch.Tensor, options: GenerateOptions, kwargs: dict[str, Any]
+) -> None:
+    """For beam search, the prompt's cache read once and copied per beam into ``kwargs``
+    (:mod:`hf_fvo.generation.prefill`), unless the call brings a cache or cannot use one."""
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    beams = kwargs.get("num_beams", getattr(config, "num_beams", 1)) or 1
+    static = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))
+    if (
+        beams < 2 or options.assistant_model is not None or options.particles is not None
+        or kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None
+        or kwargs.get("use_cache", getattr(config, "use_cache", True)) is False
+        or static is not None
+    ):  # fmt: skip
+        return
+    cache = prompt_cache(model, input_ids, kwargs.get("attention_mask"))
+    if cache is not None:
+        cache.batch_repeat_interleave(beams)
+        kwargs["cache"] = cache
 
 
 def _check_tokenizers(

@@ -65,6 +65,10 @@ def why_not_assisted(model: Any, generation_config: Any, model_kwargs: dict) -> 
     given = model_kwargs.get("cache", model_kwargs.get("past_key_values"))  # 5.24 renamed it
     if type(given).__name__ == "StaticCache":
         return "a StaticCache"
+    if given is not None and hasattr(given, "get_seq_length") and given.get_seq_length() > 0:
+        # Transformers 5.24's assisted decoding from a pre-filled cache returns another output
+        # than plain decoding does (its own prompt lookup too): measured, tests/generation
+        return "a pre-filled cache passed in"
     return None
 
 

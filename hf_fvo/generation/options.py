@@ -52,10 +52,20 @@ class GenerateOptions:
     grammar_draft: bool | None = None
     particles: int | str | AutoParticles | None = None
     check_tries: int = 8
+    keep_greedy: bool = False
 
     def __post_init__(self) -> None:
         require_grammar(self.grammar)
         check_int("check_tries", self.check_tries, minimum=1)
+        if not isinstance(self.keep_greedy, bool):
+            raise InvalidArgumentError(
+                f"keep_greedy must be True or False, got {self.keep_greedy!r}"
+            )
+        if self.keep_greedy and (self.assistant_model is not None or self.particles is not None):
+            raise InvalidArgumentError(
+                "keep_greedy is a decoder of its own (greedy decoding and beam search): it does "
+                "not combine with assistant_model or particles"
+            )
         drafting = self.draft_phi != "auto" or self.blind_draft or self.num_assistant_tokens
         if self.assistant_model is None and drafting:
             raise InvalidArgumentError(
