@@ -37,6 +37,7 @@ from hf_fvo.generation.processors import FVOLogitsProcessor, vocabulary_mismatch
 from hf_fvo.generation.redraws import redraw_failed
 from hf_fvo.generation.speculative import GrammarAwareCandidateGenerator, model_vocab_size
 from hf_fvo.grammar import Grammar
+from hf_fvo.models.cache import cache_argument
 from hf_fvo.models.memory import model_memory
 from hf_fvo.phi import PhiEstimator
 
@@ -374,7 +375,7 @@ def _read_prompt_once(
     cache = prompt_cache(model, input_ids, kwargs.get("attention_mask"))
     if cache is not None:
         cache.batch_repeat_interleave(beams)
-        kwargs["cache"] = cache
+        kwargs.update(cache_argument(model, cache))
 
 
 def _check_tokenizers(

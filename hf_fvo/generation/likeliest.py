@@ -19,7 +19,8 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.generation.options import PER_STEP_OUTPUTS
-from hf_fvo.generation.prefill import cache_of, cut_to_prompt, for_beams
+from hf_fvo.generation.prefill import cut_to_prompt, for_beams
+from hf_fvo.models.cache import cache_argument, output_cache
 
 __all__ = ["LOGITS_BYTES", "check_keep_greedy", "continuation_logp", "keep_greedy"]
 
@@ -114,8 +115,8 @@ def continuation_logp(
             past = for_beams(cache, 1, rows=[row])
             seen = torch.cat([mask[row : row + 1], torch.ones_like(inputs[:, 1:])], dim=1)
             positions = real.shape[1] - 1 + torch.arange(len(c))[None]
-            logits = model(inputs, cache=past, use_cache=True, attention_mask=seen,
-                           position_ids=positions).logits  # fmt: skip
+            given = {"attention_mask": seen, "position_ids": positions, "use_cache": True}
+            logits = model(inputs, **cache_argument(model, past), **given).logits
         else:
             logits = model(torch.cat([real, fed], dim=1)).logits[:, real.shape[1] - 1 : -1]
         log_p = torch.log_softmax(logits[0].float(), dim=-1)
@@ -181,10 +182,10 @@ def keep_greedy(
     as_dict = bool(kwargs.get("return_dict_in_generate"))
     greedy_kwargs = {k: v for k, v in kwargs.items() if k not in _BEAM_ONLY}
     greedy = run(input_ids, {**greedy_kwargs, "num_beams": 1, "return_dict_in_generate": True})
-    cache = cut_to_prompt(cache_of(greedy), width)
+    cache = cut_to_prompt(output_cache(greedy), width)
     beam_kwargs = {**kwargs, "return_dict_in_generate": True}
     if cache is not None:
-        beam_kwargs["cache"] = for_beams(cache, beams)
+        beam_kwargs.update(cache_argument(model, for_beams(cache, beams)))
     kept = rows * beams * vocab_size * 4 * _budget(model, kwargs, width)
     if kept <= LOGITS_BYTES:
         beam_kwargs["output_logits"] = True

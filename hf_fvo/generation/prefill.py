@@ -15,7 +15,9 @@ from typing import Any
 
 import torch
 
-__all__ = ["cache_of", "cut_to_prompt", "for_beams", "prompt_cache"]
+from hf_fvo.models.cache import output_cache
+
+__all__ = ["cut_to_prompt", "for_beams", "prompt_cache"]
 
 
 def _copyable(cache: Any) -> bool:
@@ -47,15 +49,8 @@ def prompt_cache(model: Any, input_ids: torch.Tensor, attention_mask: Any = None
         return None
     if attention_mask is not None and not bool((attention_mask == 1).all()):
         return None
-    cache = cache_of(model(input_ids[:, :-1], use_cache=True))
+    cache = output_cache(model(input_ids[:, :-1], use_cache=True))
     return cache if _copyable(cache) else None
-
-
-def cache_of(output: Any) -> Any:
-    """The cache a model or ``generate`` output carries (``cache`` since Transformers 5.24,
-    ``past_key_values`` before), or ``None``."""
-    cache = output.get("cache") if hasattr(output, "get") else None
-    return getattr(output, "past_key_values", None) if cache is None else cache
 
 
 def cut_to_prompt(cache: Any, width: int) -> Any:
