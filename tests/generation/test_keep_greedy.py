@@ -225,3 +225,25 @@ def test_a_prefilled_cache_passed_in_decodes_greedily_as_without_one():
     assert cache is not None
     out = hf_fvo.generate(model, ids, cache=copy.deepcopy(cache), **kw)
     assert torch.equal(out, reference)
+
+
+def test_keep_greedy_through_model_generate_and_the_custom_generate_recipe(smol_tokenizer):
+    """``model.generate(custom_generate=hf_fvo.CUSTOM_GENERATE, keep_greedy=True, num_beams=…)``
+    returns what ``hf_fvo.generate`` returns."""
+    model, g, _, _ = finite_setting(smol_tokenizer, seed=2)
+    ids = torch.tensor([list(PROMPT)])
+    kw = {"grammar": g, "num_beams": 3, "keep_greedy": True, "max_new_tokens": MAX_NEW}
+    expected = hf_fvo.generate(model, ids, do_sample=False, **kw)
+    out = model.generate(ids, custom_generate=hf_fvo.CUSTOM_GENERATE, trust_remote_code=True,
+                         **kw)  # fmt: skip
+    assert torch.equal(out, expected)
+
+
+def test_grammar_draft_true_with_a_prefilled_cache_is_refused_by_name(smol_tokenizer):
+    """Asking for speculation explicitly where it would start from a pre-filled cache raises
+    rather than returning assisted decoding's different output."""
+    model, g, _, _ = finite_setting(smol_tokenizer, seed=1)
+    ids = torch.tensor([list(PROMPT)])
+    with pytest.raises(InvalidArgumentError, match="pre-filled cache"):
+        hf_fvo.generate(model, ids, grammar=g, grammar_draft=True, do_sample=False,
+                        cache=prompt_cache(model, ids), max_new_tokens=MAX_NEW)  # fmt: skip

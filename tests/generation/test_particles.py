@@ -222,10 +222,10 @@ def lazy_dyck():
 def _lazy_runs(monkeypatch, g, lm, n, draws, seed, trials):
     """Particle runs with ``trials`` draws checked before a lazy A_t is resolved; also how
     many steps were lazy and how many resolved."""
-    import hf_fvo.generation.particles as particles
+    import hf_fvo.generation.proposals as proposals
     import hf_fvo.grammar.budget.certified as pushdown
 
-    monkeypatch.setattr(particles, "_TRIALS", trials)
+    monkeypatch.setattr(proposals, "_TRIALS", trials)
     monkeypatch.setattr(pushdown, "_LAZY_SLACK", 0)  # lazy wherever a witness fits
     counts = {"lazy": 0, "resolved": 0}
     lazy_admissible = type(g).lazy_admissible
@@ -283,7 +283,7 @@ def test_a_lazy_draw_is_distributed_as_p_on_a_t_with_an_unbiased_weight(trials):
     draw ends in two checked members or in the resolved set."""
     from scipy.stats import chi2
 
-    from hf_fvo.generation.particles import _lazy_draw
+    from hf_fvo.generation.proposals import _lazy_draw
 
     probs = torch.tensor([0.1, 0.2, 0.25, 0.25, 0.15, 0.05], dtype=torch.float64)  # id 5 out
     logits = probs.log()

@@ -5,9 +5,10 @@
 
 Keywords added to ``generate``: ``grammar`` (an ``hf_fvo.Grammar``, required), ``phi`` (a
 name from ``hf_fvo.phi.ESTIMATORS`` or an estimator), ``prompt_length``, ``grammar_draft`` (the
-grammar's spelled-out text as free drafts), ``particles`` (N Φ̂-twisted SMC particles), and
-with ``assistant_model=``: ``draft_phi``, ``blind_draft``, ``num_assistant_tokens``. Everything
-else is ``model.generate``'s own; see ``hf_fvo.generate``.
+grammar's spelled-out text as free drafts), ``particles`` (N Φ̂-twisted SMC particles),
+``keep_greedy`` (with ``num_beams``: the likelier by log p(x) of greedy's output and the
+beams'), and with ``assistant_model=``: ``draft_phi``, ``blind_draft``,
+``num_assistant_tokens``. Everything else is ``model.generate``'s own; see ``hf_fvo.generate``.
 """
 
 from __future__ import annotations
