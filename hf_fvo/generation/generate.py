@@ -189,7 +189,8 @@ def generate(
         config = generate_kwargs.get("generation_config") or model.generation_config
         pad = generate_kwargs.get("pad_token_id", getattr(config, "pad_token_id", None))
         out = keep_greedy_decode(
-            lambda ids, kw: _generate(model, ids, options, kw), model, input_ids, generate_kwargs,
+            lambda ids, kw, draft: _generate(model, ids, replace(options, grammar_draft=draft), kw),
+            model, input_ids, generate_kwargs, grammar_draft=grammar_draft,
             eos_token_ids=grammar.eos_token_ids,
             pad_token_id=grammar.eos_token_id if pad is None else pad,
             vocab_size=model_vocab_size(model) or grammar.vocab_size,

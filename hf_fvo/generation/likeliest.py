@@ -131,18 +131,20 @@ def _new_tokens(row: torch.Tensor, eos: set[int]) -> list[int]:
     return tokens if end is None else tokens[: end + 1]
 
 
-def _beam_logp(beamed: Any, width: int, rows: int, lengths: list[int]) -> list[float] | None:
-    """log p(x) of each returned beam from the raw logits the search kept (``output_logits``),
-    along its ``beam_indices``; ``None`` where the search kept none."""
-    logits = beamed.get("logits")
-    if not logits:
+def _kept_logp(out: Any, width: int, lengths: list[int]) -> list[float] | None:
+    """log p(x) of each returned row from the raw logits its decoding kept (``output_logits``):
+    step t's logits row is the row's own, or for beams the one its ``beam_indices`` name;
+    ``None`` where the decoding kept none."""
+    logits = out.get("logits")
+    if not logits or len(logits) < max(lengths, default=0):
         return None
+    beams = out.get("beam_indices")
     scores = []
-    for i in range(rows):
+    for i, length in enumerate(lengths):
         total = 0.0
-        for t in range(lengths[i]):
-            row = int(beamed.beam_indices[i, t])
-            token = int(beamed.sequences[i, width + t])
+        for t in range(length):
+            row = i if beams is None else int(beams[i, t])
+            token = int(out.sequences[i, width + t])
             total += float(torch.log_softmax(logits[t][row].float(), dim=-1)[token])
         scores.append(total)
     return scores
@@ -156,7 +158,7 @@ def _budget(model: Any, kwargs: dict[str, Any], width: int) -> int:
 
 
 def keep_greedy(
-    run: Callable[[torch.Tensor, dict[str, Any]], Any],
+    run: Callable[[torch.Tensor, dict[str, Any], bool | None], Any],
     model: Any,
     input_ids: torch.Tensor,
     kwargs: dict[str, Any],
@@ -164,12 +166,13 @@ def keep_greedy(
     eos_token_ids: tuple[int, ...],
     pad_token_id: int,
     vocab_size: int,
+    grammar_draft: bool | None = None,
 ) -> Any:
     """Per prompt, the likelier by log p(x) of greedy's output and the beams' (see the module).
 
-    ``run(input_ids, kwargs)`` is one constrained ``generate`` call. The beams' log p(x) is read
-    from the raw logits the search keeps (``output_logits``) where they fit in
-    :data:`LOGITS_BYTES`, else by a forward, like greedy's. Returns a tensor, or with
+    ``run(input_ids, kwargs, grammar_draft)`` is one constrained ``generate`` call. Each
+    output's log p(x) is read from the raw logits its decoding keeps (``output_logits``) where
+    both decodings' fit in :data:`LOGITS_BYTES`, else by a forward. Returns a tensor, or with
     ``return_dict_in_generate=True`` an output whose ``sequences_scores`` are the returned
     sequences' log p(x), ``from_greedy`` says which came from greedy decoding, and
     ``certificates`` are the returned sequences' own.
@@ -180,28 +183,30 @@ def keep_greedy(
     beams = check_keep_greedy(model, kwargs)
     width, rows = input_ids.shape[1], input_ids.shape[0]
     as_dict = bool(kwargs.get("return_dict_in_generate"))
+    # the raw logits both decodings keep give each output's log p(x) without a forward
+    keep = rows * beams * vocab_size * 4 * _budget(model, kwargs, width) <= LOGITS_BYTES
+    kept = {"return_dict_in_generate": True, "output_logits": keep}
     greedy_kwargs = {k: v for k, v in kwargs.items() if k not in _BEAM_ONLY}
-    greedy = run(input_ids, {**greedy_kwargs, "num_beams": 1, "return_dict_in_generate": True})
+    # (per-step outputs turn the grammar's free drafts off unless asked for: one prompt asks)
+    draft = True if keep and rows == 1 and grammar_draft is None else grammar_draft
+    greedy = run(input_ids, {**greedy_kwargs, **kept, "num_beams": 1}, draft)
     cache = cut_to_prompt(output_cache(greedy), width)
-    beam_kwargs = {**kwargs, "return_dict_in_generate": True}
+    beam_kwargs = {**kwargs, **kept}
     if cache is not None:
         beam_kwargs.update(cache_argument(model, for_beams(cache, beams)))
-    kept = rows * beams * vocab_size * 4 * _budget(model, kwargs, width)
-    if kept <= LOGITS_BYTES:
-        beam_kwargs["output_logits"] = True
-    beamed = run(input_ids, beam_kwargs)
+    beamed = run(input_ids, beam_kwargs, grammar_draft)
     eos = set(eos_token_ids)
     greedy_new = [_new_tokens(greedy.sequences[i, width:], eos) for i in range(rows)]
     beam_new = [_new_tokens(beamed.sequences[i, width:], eos) for i in range(rows)]
     mask = kwargs.get("attention_mask")
-    beam_logp = _beam_logp(beamed, width, rows, [len(c) for c in beam_new])
-    if beam_logp is None:
-        pairs = [c for pair in zip(greedy_new, beam_new, strict=True) for c in pair]
-        both = continuation_logp(model, input_ids, pairs, attention_mask=mask, cache=cache)
-        greedy_logp, beam_logp = both[0::2], both[1::2]
-    else:
+    greedy_logp = _kept_logp(greedy, width, [len(c) for c in greedy_new])
+    beam_logp = _kept_logp(beamed, width, [len(c) for c in beam_new])
+    if greedy_logp is None:
         greedy_logp = continuation_logp(model, input_ids, greedy_new, attention_mask=mask,
                                         cache=cache)  # fmt: skip
+    if beam_logp is None:
+        beam_logp = continuation_logp(model, input_ids, beam_new, attention_mask=mask,
+                                      cache=cache)  # fmt: skip
     from_greedy = [g > b for g, b in zip(greedy_logp, beam_logp, strict=True)]
     chosen = [greedy_new[i] if g else beam_new[i] for i, g in enumerate(from_greedy)]
     longest = max(len(c) for c in chosen)

@@ -150,20 +150,38 @@ def test_keep_greedy_refuses_a_cache_passed_in(smol_tokenizer):
                         max_new_tokens=MAX_NEW)  # fmt: skip
 
 
-def test_the_beams_log_likelihood_from_the_kept_logits_equals_a_forward(smol_tokenizer,
-                                                                        monkeypatch):  # fmt: skip
-    """The beams' log p(x) read from their raw logits and the one recomputed by a forward (the
-    path above :data:`LOGITS_BYTES`) agree, so the choice does not depend on the path."""
-    model, g, _, _ = finite_setting(smol_tokenizer, seed=4)
-    ids = torch.tensor([list(PROMPT)])
-    kw = {"grammar": g, "do_sample": False, "num_beams": 4, "keep_greedy": True,
-          "max_new_tokens": MAX_NEW, "return_dict_in_generate": True}  # fmt: skip
-    kept = hf_fvo.generate(model, ids, **kw)
-    monkeypatch.setattr(likeliest, "LOGITS_BYTES", 0)
-    forward = hf_fvo.generate(model, ids, **kw)
-    assert torch.equal(kept.sequences, forward.sequences)
-    assert float(kept.sequences_scores[0]) == pytest.approx(float(forward.sequences_scores[0]),
-                                                            abs=1e-4)  # fmt: skip
+def test_log_likelihoods_from_the_kept_logits_equal_a_forward(smol_tokenizer, monkeypatch):
+    """Each output's log p(x) read from the raw logits its decoding kept (greedy's assisted
+    loop, the beams' search) and the one recomputed by a forward (the path above
+    :data:`LOGITS_BYTES`) agree, so the choice does not depend on the path; over five models
+    both greedy's and the beams' outputs are chosen somewhere."""
+    chosen = set()
+    for seed in SEEDS:
+        model, g, _, _ = finite_setting(smol_tokenizer, seed=seed)
+        ids = torch.tensor([list(PROMPT)])
+        kw = {"grammar": g, "do_sample": False, "num_beams": 2, "keep_greedy": True,
+              "max_new_tokens": MAX_NEW, "return_dict_in_generate": True}  # fmt: skip
+        monkeypatch.setattr(likeliest, "LOGITS_BYTES", 1 << 30)
+        kept = hf_fvo.generate(model, ids, **kw)
+        monkeypatch.setattr(likeliest, "LOGITS_BYTES", 0)
+        forward = hf_fvo.generate(model, ids, **kw)
+        assert torch.equal(kept.sequences, forward.sequences), seed
+        assert float(kept.sequences_scores[0]) == pytest.approx(
+            float(forward.sequences_scores[0]), abs=1e-4)  # fmt: skip
+        chosen.add(bool(kept.from_greedy[0]))
+    assert chosen == {True, False}
+    for seed in SEEDS:  # longer outputs, where the best beam changes rows along the way
+        model = tiny_llama(len(smol_tokenizer), smol_tokenizer.eos_token_id, seed=seed)
+        g = Grammar.from_json_schema(SCHEMA, smol_tokenizer, vocab_size=model.config.vocab_size)
+        ids = torch.tensor([[1, 200, 300]])
+        kw = {"grammar": g, "do_sample": False, "num_beams": 4, "keep_greedy": True,
+              "max_new_tokens": 24, "return_dict_in_generate": True}  # fmt: skip
+        monkeypatch.setattr(likeliest, "LOGITS_BYTES", 1 << 30)
+        kept = hf_fvo.generate(model, ids, **kw)
+        monkeypatch.setattr(likeliest, "LOGITS_BYTES", 0)
+        forward = hf_fvo.generate(model, ids, **kw)
+        assert float(kept.sequences_scores[0]) == pytest.approx(
+            float(forward.sequences_scores[0]), abs=1e-4), seed  # fmt: skip
 
 
 def test_continuation_logp_with_and_without_the_prompt_cache(smol_tokenizer):
