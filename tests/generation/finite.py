@@ -11,6 +11,15 @@ N = 5000  # draws per sampled-law test
 CHOICES = ["ab", "abc", "ba", "bca", "cab", "c"]
 PROMPT = (1, 5, 9)
 MAX_NEW = 8
+#: an open JSON schema with three required keys (its members end at the budget's edge when the
+#: budget is the shortest member's length)
+THREE_KEYS = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                   "tags": {"type": "array", "items": {"type": "string"}}},
+    "required": ["name", "age", "tags"],
+    "additionalProperties": False,
+}  # fmt: skip
 
 
 def finite_setting(tokenizer, seed: int = 1):

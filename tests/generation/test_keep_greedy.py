@@ -24,18 +24,12 @@ from hf_fvo.generation import likeliest
 from hf_fvo.generation.likeliest import continuation_logp
 from hf_fvo.generation.prefill import cut_to_prompt, prompt_cache
 from hf_fvo.models.cache import output_cache
-from tests.generation.finite import MAX_NEW, PROMPT, finite_setting
+from tests.generation.finite import MAX_NEW, PROMPT, THREE_KEYS, finite_setting
 from tests.lms import tiny_llama
 
 GENERATE = sys.modules["hf_fvo.generation.generate"]  # the module, not the function
 SEEDS = (1, 2, 3, 4, 5)
-SCHEMA = {
-    "type": "object",
-    "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                   "tags": {"type": "array", "items": {"type": "string"}}},
-    "required": ["name", "age", "tags"],
-    "additionalProperties": False,
-}  # fmt: skip
+SCHEMA = THREE_KEYS
 
 
 def _new(row: list[int], start: int, eos: int) -> list[int]:

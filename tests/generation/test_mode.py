@@ -16,7 +16,7 @@ import torch
 
 import hf_fvo
 from hf_fvo import Grammar
-from tests.generation.finite import MAX_NEW, PROMPT, finite_setting
+from tests.generation.finite import MAX_NEW, PROMPT, THREE_KEYS, finite_setting
 from tests.lms import tiny_llama
 
 CANONICAL = {"length_penalty": 0.0, "early_stopping": "never"}
@@ -54,13 +54,7 @@ def test_wide_canonical_beams_return_the_exact_mode_of_mu_star(smol_tokenizer):
 def test_every_beam_ends_inside_the_language_at_a_budget_that_binds(smol_tokenizer, margin):
     """A JSON schema with three required keys at its shortest built member's length (+ 0, + 3): four
     beams, each with its own remaining budget, return complete, valid outputs; none is cut."""
-    schema = {
-        "type": "object",
-        "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-                       "tags": {"type": "array", "items": {"type": "string"}}},
-        "required": ["name", "age", "tags"],
-        "additionalProperties": False,
-    }  # fmt: skip
+    schema = THREE_KEYS
     model = tiny_llama(len(smol_tokenizer), smol_tokenizer.eos_token_id, seed=3)
     g = Grammar.from_json_schema(schema, smol_tokenizer, vocab_size=model.config.vocab_size)
     _, shortest = g.shortest_bounds(g.initial_state)  # a member the grammar built: it fits
