@@ -425,7 +425,7 @@ def check_engines(engines: Sequence[str]) -> list[str]:
 
     Example:
         >>> from hf_fvo.eval.tasks import check_engines
-        >>> check_engines(["masked", "particles=16", "beams=8 normalised"])
+        >>> check_engines(["masked", "particles=16", "beams=8 normalised", "beams=4 keep_greedy"])
         []
     """
     import importlib.util

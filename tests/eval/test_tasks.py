@@ -134,7 +134,9 @@ def tiny_task_setup(smol_tokenizer):
     return model, task
 
 
-@pytest.mark.parametrize("engine", [*ENGINES, "particles=2", "beams=2 normalised"])
+@pytest.mark.parametrize(
+    "engine", [*ENGINES, "particles=2", "beams=2 normalised", "beams=2 keep_greedy"]
+)
 def test_every_engine_runs_a_task_and_constrained_outputs_are_never_invalid(
     engine, tiny_task_setup, smol_tokenizer
 ):
@@ -186,7 +188,14 @@ def test_engines_are_checked_before_any_task_runs(monkeypatch):
 
     from hf_fvo.eval.tasks import check_engines
 
-    for bad in ("beam", "particles=many", "beams=0", "beams=4 sideways", "particles=0"):
+    for bad in (
+        "beam",
+        "particles=many",
+        "beams=0",
+        "beams=4 sideways",
+        "particles=0",
+        "beams=4 keep greedy",
+    ):
         with pytest.raises(InvalidArgumentError, match="unknown engine"):
             check_engines([bad])
     real = importlib.util.find_spec
