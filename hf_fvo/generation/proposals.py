@@ -68,10 +68,10 @@ class MaskedProposal(Proposal):
         >>> from hf_fvo.generation.tracker import RowTracker
         >>> from hf_fvo.models import load_default_tokenizer
         >>> tok = load_default_tokenizer()
-        >>> g = Grammar.from_choices(["temperature"], tok)
+        >>> g = Grammar.from_choices(["xq"], tok)
         >>> proposal = MaskedProposal(g, RowTracker(g, prompt_length=0, max_new_tokens=8), runs=8)
-        >>> tok.decode(proposal.ahead([()])[0])  # spelled out; EOS is a branch
-        'temperature'
+        >>> tok.decode(proposal.ahead([()])[0])  # each token the only one admissible; EOS branches
+        'xq'
     """
 
     def __init__(self, grammar: Grammar, rows: RowTracker, runs: int = 0) -> None:
