@@ -462,8 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "and greedy masking, against μ*'s most likely member")  # fmt: skip
     p.add_argument("--rows", nargs="*", help="only rows whose name contains one of these")
     p.add_argument("--engines", help="task suites (transcribe, shorten): a comma list of "
-                   "unconstrained, masked greedy, beams=N, beams=N normalised, masked, "
-                   "particles=N, xgrammar, llguidance (default: all, with beams=4, "
+                   "unconstrained, masked greedy, beams=N, beams=N normalised, "
+                   "beams=N keep_greedy, masked, particles=N, xgrammar, llguidance, "
+                   "xgrammar greedy, llguidance greedy; a sampling engine followed by ' t=τ' "
+                   "samples at temperature τ (default: the table's rows, with beams=4, "
                    "particles=8 and particles=32)")  # fmt: skip
     p.add_argument("--first", type=_count(1), help="task suites: only the first N tasks")
     p.add_argument(

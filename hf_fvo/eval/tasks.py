@@ -60,11 +60,19 @@ __all__ = [
 #: ``beams=N``: beam search through hf_fvo scored by log p(x) (``length_penalty=0.0``,
 #: ``early_stopping="never"``); ``beams=N normalised``: Transformers' default length scoring;
 #: ``beams=N keep_greedy``: ``generate(num_beams=N, keep_greedy=True)`` (the likelier by log p(x)
-#: of masked greedy's output and the normalised beams')
+#: of masked greedy's output and the normalised beams'); a sampling engine (``unconstrained``,
+#: ``masked``, ``particles=N``, ``xgrammar``, ``llguidance``) followed by `` t=τ`` samples at
+#: temperature τ (particles: μ* of the warped model); ``xgrammar greedy`` and ``llguidance
+#: greedy``: the peers' processors under greedy decoding
 ENGINES = ("unconstrained", "masked greedy", "beams=4", "masked", "particles=8", "particles=32",
            "xgrammar", "llguidance")  # fmt: skip
 _CANONICAL_BEAMS = {"length_penalty": 0.0, "early_stopping": "never"}
-_ENGINE_FAMILY = re.compile(r"particles=[1-9]\d*|beams=[1-9]\d*( normalised| keep_greedy)?")
+_ENGINE_FAMILY = re.compile(
+    r"(?P<sampler>unconstrained|masked|particles=[1-9]\d*|xgrammar|llguidance)"
+    r"(?: t=(?P<temperature>\d+(?:\.\d+)?))?"
+    r"|(?P<greedy_peer>xgrammar|llguidance) greedy"
+    r"|(?P<beams>beams=[1-9]\d*( normalised| keep_greedy)?)"
+)
 _SCHEMA_CHARS = 1500  # longest schema text put in a prompt
 _FENCE = re.compile(r"```(?:json)?\s*\n?(.*?)```", re.S)
 
@@ -288,20 +296,25 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
     ids = _chat_ids(tokenizer, task["prompt"])
     budget = task["max_new_tokens"]
     eos = set(tokenizer.convert_tokens_to_ids([tokenizer.eos_token]))
+    base, temperature = _engine_parts(engine)
+    greedy = engine.endswith(" greedy")
+    # Transformers' sampling with every truncation off, at the engine's temperature
+    sampling = {"do_sample": not greedy, "top_k": None if greedy else 0,
+                **({} if temperature is None else {"temperature": temperature})}  # fmt: skip
     torch.manual_seed(seed)
     t0, refused = time.perf_counter(), None
     new: list[int] = []
     try:
-        if engine == "unconstrained":
-            out = model.generate(ids, do_sample=True, top_k=0, max_new_tokens=budget,
-                                 pad_token_id=tokenizer.eos_token_id)  # fmt: skip
-        elif engine in ("xgrammar", "llguidance"):
+        if base == "unconstrained":
+            out = model.generate(ids, max_new_tokens=budget, pad_token_id=tokenizer.eos_token_id,
+                                 **sampling)  # fmt: skip
+        elif base in ("xgrammar", "llguidance"):
             from outlines.backends import get_json_schema_logits_processor
 
-            proc = get_json_schema_logits_processor(engine, wrapped, task["schema"])
+            proc = get_json_schema_logits_processor(base, wrapped, task["schema"])
             out = model.generate(ids, logits_processor=transformers.LogitsProcessorList([proc]),
-                                 do_sample=True, top_k=0, max_new_tokens=budget,
-                                 pad_token_id=tokenizer.eos_token_id)  # fmt: skip
+                                 max_new_tokens=budget, pad_token_id=tokenizer.eos_token_id,
+                                 **sampling)  # fmt: skip
         else:
             grammar = Grammar.from_json_schema(
                 schema, tokenizer, whitespace=whitespace, vocab_size=model.config.vocab_size
@@ -313,12 +326,10 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
                 out = generate(model, ids, grammar=grammar, phi="uniform", do_sample=False,
                                num_beams=int(beams), max_new_tokens=budget, **scored)  # fmt: skip
             else:
-                particles = (int(engine.split("=")[1]) if engine.startswith("particles=")
+                particles = (int(base.split("=")[1]) if base.startswith("particles=")
                              else None)  # fmt: skip
-                greedy = engine == "masked greedy"
-                out = generate(model, ids, grammar=grammar, phi="uniform", do_sample=not greedy,
-                               top_k=None if greedy else 0, particles=particles,
-                               max_new_tokens=budget)  # fmt: skip
+                out = generate(model, ids, grammar=grammar, phi="uniform", particles=particles,
+                               max_new_tokens=budget, **sampling)  # fmt: skip
         new = out[0, ids.shape[1] :].tolist()
     except InvalidArgumentError:
         raise
@@ -434,9 +445,15 @@ def check_engines(engines: Sequence[str]) -> list[str]:
         if engine not in ENGINES and not _ENGINE_FAMILY.fullmatch(engine):
             raise InvalidArgumentError(
                 f"unknown engine {engine!r}: one of {', '.join(ENGINES)} (or particles=N, "
-                "beams=N, beams=N normalised, beams=N keep_greedy)"
+                "beams=N, beams=N normalised, beams=N keep_greedy, xgrammar greedy, "
+                "llguidance greedy, and a sampling engine followed by ' t=τ')"
             )
-    peers = [e for e in engines if e in ("xgrammar", "llguidance")]
+        if _engine_parts(engine)[1] == 0.0:
+            raise InvalidArgumentError(
+                f"engine {engine!r}: a temperature must be above 0 (greedy decoding is "
+                "'masked greedy', 'xgrammar greedy' or 'llguidance greedy')"
+            )
+    peers = sorted({base for base, _ in map(_engine_parts, engines)} & {"xgrammar", "llguidance"})
     missing = [p for p in ("outlines", *peers) if peers and importlib.util.find_spec(p) is None]
     if missing:
         raise InvalidArgumentError(
@@ -444,6 +461,18 @@ def check_engines(engines: Sequence[str]) -> list[str]:
             f"(pip install {' '.join(missing)}), or leave them out"
         )
     return peers
+
+
+def _engine_parts(engine: str) -> tuple[str, float | None]:
+    """An engine's name without its temperature (``"particles=8 t=0.5"`` → ``"particles=8"``,
+    ``"xgrammar greedy"`` → ``"xgrammar"``) and the temperature (``None``: 1, or greedy)."""
+    found = _ENGINE_FAMILY.fullmatch(engine)
+    if found is None or found["beams"] is not None:
+        return engine, None
+    if found["greedy_peer"] is not None:
+        return found["greedy_peer"], None
+    t = found["temperature"]
+    return found["sampler"], None if t is None else float(t)
 
 
 def run_tasks(tasks: list[dict], engines: Sequence[str], model: Any, tokenizer: Any, *,

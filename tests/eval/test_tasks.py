@@ -135,7 +135,17 @@ def tiny_task_setup(smol_tokenizer):
 
 
 @pytest.mark.parametrize(
-    "engine", [*ENGINES, "particles=2", "beams=2 normalised", "beams=2 keep_greedy"]
+    "engine",
+    [
+        *ENGINES,
+        "particles=2",
+        "beams=2 normalised",
+        "beams=2 keep_greedy",
+        "masked t=0.5",
+        "particles=2 t=0.5",
+        "xgrammar greedy",
+        "llguidance greedy",
+    ],
 )
 def test_every_engine_runs_a_task_and_constrained_outputs_are_never_invalid(
     engine, tiny_task_setup, smol_tokenizer
@@ -146,8 +156,9 @@ def test_every_engine_runs_a_task_and_constrained_outputs_are_never_invalid(
     pulls triton)."""
     model, task = tiny_task_setup
     wrapped = None
-    if engine in ("xgrammar", "llguidance"):
-        pytest.importorskip(engine, reason=f"the {engine} row needs {engine} installed")
+    peer = engine.removesuffix(" greedy")
+    if peer in ("xgrammar", "llguidance"):
+        pytest.importorskip(peer, reason=f"the {engine} row needs {peer} installed")
         import outlines
 
         wrapped = outlines.from_transformers(model, smol_tokenizer)
@@ -195,8 +206,15 @@ def test_engines_are_checked_before_any_task_runs(monkeypatch):
         "beams=4 sideways",
         "particles=0",
         "beams=4 keep greedy",
+        "masked t=0",
+        "masked t=-1",
+        "masked t=hot",
+        "masked greedy t=0.5",
+        "beams=4 t=0.5",
+        "xgrammar greedy t=0.5",
+        "particles greedy",
     ):
-        with pytest.raises(InvalidArgumentError, match="unknown engine"):
+        with pytest.raises(InvalidArgumentError, match=r"unknown engine|above 0"):
             check_engines([bad])
     real = importlib.util.find_spec
 
@@ -207,3 +225,36 @@ def test_engines_are_checked_before_any_task_runs(monkeypatch):
     with pytest.raises(InvalidArgumentError, match=r"need \['xgrammar'\] installed"):
         check_engines(["masked", "xgrammar"])
     assert check_engines(["masked", "llguidance"]) == ["llguidance"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "expected"),
+    [
+        ("masked", {"do_sample": True, "top_k": 0}),
+        ("masked t=0.5", {"do_sample": True, "top_k": 0, "temperature": 0.5}),
+        (
+            "particles=3 t=0.25",
+            {"do_sample": True, "top_k": 0, "temperature": 0.25, "particles": 3},
+        ),
+        ("masked greedy", {"do_sample": False, "top_k": None}),
+    ],
+)
+def test_an_engines_temperature_and_decoding_reach_generate(
+    engine, expected, monkeypatch, tiny_task_setup, smol_tokenizer
+):
+    """``masked t=0.5`` samples at temperature 0.5 with no truncation; ``particles=N t=τ`` asks
+    for N particles at τ (μ* of the warped model); greedy rows never sample."""
+    import hf_fvo.eval.tasks as T
+
+    model, task = tiny_task_setup
+    seen = {}
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        raise T.GrammarError("spied")
+
+    monkeypatch.setattr(T, "generate", spy)
+    record = run_task(task, engine, model, smol_tokenizer, seed=1)
+    assert record["refused"] == "GrammarError: spied"
+    assert {k: seen.get(k) for k in expected} == expected
+    assert ("temperature" in seen) == ("temperature" in expected)
