@@ -63,15 +63,18 @@ __all__ = [
 #: of masked greedy's output and the normalised beams'); a sampling engine (``unconstrained``,
 #: ``masked``, ``particles=N``, ``xgrammar``, ``llguidance``) followed by `` t=τ`` samples at
 #: temperature τ (particles: μ* of the warped model); ``xgrammar greedy`` and ``llguidance
-#: greedy``: the peers' processors under greedy decoding
+#: greedy``: the peers' processors under greedy decoding; ``beams=N lookahead``: beams scored by
+#: log p(prefix) + log Φ̂ (learned Φ̂), finished ones by log p(x); ``particles=N [t=τ] best``:
+#: N draws from the final weighted particles, the likeliest by log p(x) returned
 ENGINES = ("unconstrained", "masked greedy", "beams=4", "masked", "particles=8", "particles=32",
            "xgrammar", "llguidance")  # fmt: skip
 _CANONICAL_BEAMS = {"length_penalty": 0.0, "early_stopping": "never"}
 _ENGINE_FAMILY = re.compile(
     r"(?P<sampler>unconstrained|masked|particles=[1-9]\d*|xgrammar|llguidance)"
     r"(?: t=(?P<temperature>\d+(?:\.\d+)?))?"
+    r"|(?P<best>particles=[1-9]\d*(?: t=\d+(?:\.\d+)?)? best)"
     r"|(?P<greedy_peer>xgrammar|llguidance) greedy"
-    r"|(?P<beams>beams=[1-9]\d*( normalised| keep_greedy)?)"
+    r"|(?P<beams>beams=[1-9]\d*( normalised| keep_greedy| lookahead)?)"
 )
 _SCHEMA_CHARS = 1500  # longest schema text put in a prompt
 _FENCE = re.compile(r"```(?:json)?\s*\n?(.*?)```", re.S)
@@ -323,13 +326,17 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
                 beams, _, scoring = engine.removeprefix("beams=").partition(" ")
                 scored = ({} if scoring == "normalised" else {"keep_greedy": True}
                           if scoring == "keep_greedy" else _CANONICAL_BEAMS)  # fmt: skip
-                out = generate(model, ids, grammar=grammar, phi="uniform", do_sample=False,
+                phi = "learned" if scoring == "lookahead" else "uniform"
+                out = generate(model, ids, grammar=grammar, phi=phi, do_sample=False,
                                num_beams=int(beams), max_new_tokens=budget, **scored)  # fmt: skip
             else:
                 particles = (int(base.split("=")[1]) if base.startswith("particles=")
                              else None)  # fmt: skip
+                draws = particles if engine.endswith(" best") else 1
                 out = generate(model, ids, grammar=grammar, phi="uniform", particles=particles,
-                               max_new_tokens=budget, **sampling)  # fmt: skip
+                               num_return_sequences=draws, max_new_tokens=budget,
+                               **sampling)  # fmt: skip
+                out = out[_likeliest(model, ids, out[:, ids.shape[1] :].tolist(), eos), None]
         new = out[0, ids.shape[1] :].tolist()
     except InvalidArgumentError:
         raise
@@ -352,6 +359,15 @@ def run_task(task: dict, engine: str, model: Any, tokenizer: Any, *, seed: int =
             "seconds": round(seconds, 3), "tokens": len(new) if end is None else end,
             "ended": end is not None, "refused": refused, "valid": valid, "text": text[:2000],
             "logp": logp, **result}  # fmt: skip
+
+
+def _likeliest(model: Any, ids: torch.Tensor, rows: list[list[int]], eos: set[int]) -> int:
+    """The index of the row of largest log p(x) (one forward per distinct row; 0 for one)."""
+    if len(rows) == 1:
+        return 0
+    ended = [tuple(r[: next((i + 1 for i, t in enumerate(r) if t in eos), len(r))]) for r in rows]
+    logp = {x: _log_likelihood(model, ids, list(x)) for x in set(ended)}
+    return max(range(len(rows)), key=lambda i: logp[ended[i]])
 
 
 @torch.no_grad()
@@ -467,6 +483,8 @@ def _engine_parts(engine: str) -> tuple[str, float | None]:
     """An engine's name without its temperature (``"particles=8 t=0.5"`` → ``"particles=8"``,
     ``"xgrammar greedy"`` → ``"xgrammar"``) and the temperature (``None``: 1, or greedy)."""
     found = _ENGINE_FAMILY.fullmatch(engine)
+    if found is not None and found["best"] is not None:
+        found = _ENGINE_FAMILY.fullmatch(engine.removesuffix(" best"))
     if found is None or found["beams"] is not None:
         return engine, None
     if found["greedy_peer"] is not None:

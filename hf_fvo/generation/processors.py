@@ -65,6 +65,12 @@ class FVOLogitsProcessor(LogitsProcessor):
     finite score; with ``beam_search = True`` (``hf_fvo.generate`` sets it) such a row is a beam
     the search drops, and only a step that leaves every row so is an error.
 
+    Under beam search with an estimator other than masking, each row's scores also subtract
+    log Φ̂ of the token its parent chose (the value computed one step earlier), so the sums
+    Transformers' beam search keeps telescope: a running beam scores log p(prefix) + log Φ̂ of
+    its last token — a look-ahead, exact when Φ̂ = Φ, that drops a beam which can only finish
+    unlikely — and a finished one log p(x), as under masking.
+
     Each row's grammar state, remaining budget and certificate come from :attr:`tracker`, a
     :class:`~hf_fvo.generation.RowTracker`; the estimator is :attr:`estimator`.
 
@@ -129,6 +135,8 @@ class FVOLogitsProcessor(LogitsProcessor):
         # only a batch in which every row is left so is a conflict
         self.beam_search = False
         self._warned_budget = False
+        # beam search's look-ahead: each row's log Φ̂ vector of the last call, by (prompt, prefix)
+        self._last_phi: dict[tuple, torch.Tensor] = {}
 
     @property
     def grammar(self) -> Grammar:
@@ -176,6 +184,7 @@ class FVOLogitsProcessor(LogitsProcessor):
         sane = None if self._masking else _finite_or_minus_inf(scores.max())
         dead: Exception | None = None
         masked: list[MaskedRow] = []
+        parents, self._last_phi = self._last_phi, {}
         for r, row in enumerate(input_ids.tolist()):
             prompt, generated = self.tracker.split(row, r, rows)
             try:
@@ -191,9 +200,9 @@ class FVOLogitsProcessor(LogitsProcessor):
             if self._masking or state == self.grammar.terminal_state:
                 masked.append(row_at)
                 continue
-            dead = self._score_row(out, scores, row_at, sane) or dead
+            dead = self._score_row(out, scores, row_at, sane, parents) or dead
         for row_at in self.mask_rows(out, scores, masked):  # declined: the general path decides
-            dead = self._score_row(out, scores, row_at, None) or dead
+            dead = self._score_row(out, scores, row_at, None, parents) or dead
         if dead is not None and not bool(torch.isfinite(out).any()):
             raise dead
         return out
@@ -206,10 +215,16 @@ class FVOLogitsProcessor(LogitsProcessor):
         return [row for _, row in mask_batch(out, scores, [(self, row) for row in rows])]
 
     def _score_row(
-        self, out: torch.Tensor, scores: torch.Tensor, row: MaskedRow, sane: bool | None
+        self,
+        out: torch.Tensor,
+        scores: torch.Tensor,
+        row: MaskedRow,
+        sane: bool | None,
+        parents: dict[tuple, torch.Tensor],
     ) -> ConstraintConflictError | None:
         """Write row ``row.index`` of ``out``: log p_t + log Φ̂_t on the admissible set within
-        the budget, −inf elsewhere. Returns the conflict when no admissible token has a finite
+        the budget, −inf elsewhere (under beam search, minus log Φ̂ of the parent's chosen
+        token, from ``parents``). Returns the conflict when no admissible token has a finite
         score under beam search, and raises it otherwise."""
         g, r = self.grammar, row.index
         if sane is None:  # masking's batched path declined the row: NaN, +inf or nothing finite
@@ -223,6 +238,11 @@ class FVOLogitsProcessor(LogitsProcessor):
             log_phi = self._out_of_budget(row.state)
         # log p_t + log Φ̂ up to the row's normaliser, which softmax ignores
         row_out = logits[: g.vocab_size].double() + log_phi.to(logits.device)
+        if self.beam_search and not self.estimator.is_masking:
+            self._last_phi[(row.prompt, row.generated)] = log_phi
+            parent = parents.get((row.prompt, row.generated[:-1])) if row.generated else None
+            if parent is not None and bool(torch.isfinite(parent[row.generated[-1]])):
+                row_out -= float(parent[row.generated[-1]])
         out[r, : g.vocab_size] = row_out.to(scores.dtype)
         if bool(torch.isfinite(row_out).any()):
             return None

@@ -11,6 +11,7 @@ from pathlib import Path
 import datasets
 import jsonschema
 import pytest
+import torch
 
 from hf_fvo import Grammar
 from hf_fvo.cli import main
@@ -145,6 +146,8 @@ def tiny_task_setup(smol_tokenizer):
         "particles=2 t=0.5",
         "xgrammar greedy",
         "llguidance greedy",
+        "beams=2 lookahead",
+        "particles=2 t=0.5 best",
     ],
 )
 def test_every_engine_runs_a_task_and_constrained_outputs_are_never_invalid(
@@ -213,6 +216,10 @@ def test_engines_are_checked_before_any_task_runs(monkeypatch):
         "beams=4 t=0.5",
         "xgrammar greedy t=0.5",
         "particles greedy",
+        "masked best",
+        "beams=4 best",
+        "particles=4 greedy best",
+        "masked lookahead",
     ):
         with pytest.raises(InvalidArgumentError, match=r"unknown engine|above 0"):
             check_engines([bad])
@@ -237,13 +244,22 @@ def test_engines_are_checked_before_any_task_runs(monkeypatch):
             {"do_sample": True, "top_k": 0, "temperature": 0.25, "particles": 3},
         ),
         ("masked greedy", {"do_sample": False, "top_k": None}),
+        (
+            "particles=3 t=0.25 best",
+            {"temperature": 0.25, "particles": 3, "num_return_sequences": 3},
+        ),
+        (
+            "beams=3 lookahead",
+            {"do_sample": False, "num_beams": 3, "phi": "learned", "length_penalty": 0.0},
+        ),
     ],
 )
 def test_an_engines_temperature_and_decoding_reach_generate(
     engine, expected, monkeypatch, tiny_task_setup, smol_tokenizer
 ):
     """``masked t=0.5`` samples at temperature 0.5 with no truncation; ``particles=N t=τ`` asks
-    for N particles at τ (μ* of the warped model); greedy rows never sample."""
+    for N particles at τ (μ* of the warped model); greedy rows never sample; ``best`` draws N
+    outputs from the weighted particles; ``lookahead`` beams run with learned Φ̂."""
     import hf_fvo.eval.tasks as T
 
     model, task = tiny_task_setup
@@ -258,3 +274,26 @@ def test_an_engines_temperature_and_decoding_reach_generate(
     assert record["refused"] == "GrammarError: spied"
     assert {k: seen.get(k) for k in expected} == expected
     assert ("temperature" in seen) == ("temperature" in expected)
+
+
+def test_the_best_of_the_particles_draws_is_the_likeliest(
+    monkeypatch, tiny_task_setup, smol_tokenizer
+):
+    """``particles=N best`` returns, of the N draws generate hands back, the one of largest
+    log p(x) under the model (EOS included), whichever row it is."""
+    import hf_fvo.eval.tasks as T
+
+    model, task = tiny_task_setup
+    eos = smol_tokenizer.eos_token_id
+    ids = T._chat_ids(smol_tokenizer, task["prompt"])
+    rows = [[90, 91, eos, eos], [92, eos, eos, eos], [93, 94, 95, eos]]
+    logps = [T._log_likelihood(model, ids, r[: r.index(eos) + 1]) for r in rows]
+    assert len(set(logps)) == 3
+
+    def three_draws(model_, input_ids, **kwargs):
+        return torch.cat([input_ids.repeat(3, 1), torch.tensor(rows)], dim=1)
+
+    monkeypatch.setattr(T, "generate", three_draws)
+    record = run_task(task, "particles=3 best", model, smol_tokenizer, seed=1)
+    assert record["logp"] == pytest.approx(max(logps))
+    assert record["tokens"] == rows[max(range(3), key=logps.__getitem__)].index(eos)

@@ -82,3 +82,40 @@ def test_a_canonical_beams_score_is_the_outputs_log_likelihood(smol_tokenizer):
         logits = model(torch.tensor([[*PROMPT, *x]])).logits[0, len(PROMPT) - 1 : -1]
     logp = torch.log_softmax(logits.double(), -1).gather(1, torch.tensor(x)[:, None]).sum()
     assert float(out.sequences_scores[0]) == pytest.approx(float(logp), abs=1e-4)
+
+
+def test_look_ahead_beams_score_a_finished_output_by_its_log_likelihood(smol_tokenizer):
+    """Beams with Φ̂ (here exact Φ): each step's scores subtract log Φ̂ of the parent's token, so
+    a finished beam's ``sequences_scores`` is log p(x), not log p(x) + Σ log Φ̂ (the sum a
+    processor adding log Φ̂ alone would leave, about 10 nats lower on these models)."""
+    for seed in (1, 2):
+        model, g, _, _ = finite_setting(smol_tokenizer, seed=seed)
+        ids = torch.tensor([list(PROMPT)])
+        out = hf_fvo.generate(model, ids, grammar=g, phi="exact", do_sample=False, num_beams=2,
+                              max_new_tokens=MAX_NEW, return_dict_in_generate=True,
+                              output_scores=True, **CANONICAL)  # fmt: skip
+        x = _output(out.sequences, len(PROMPT), g.eos_token_id)
+        with torch.no_grad():
+            logits = model(torch.tensor([[*PROMPT, *x]])).logits[0, len(PROMPT) - 1 : -1]
+        logp = torch.log_softmax(logits.double(), -1).gather(1, torch.tensor(x)[:, None]).sum()
+        assert float(out.sequences_scores[0]) == pytest.approx(float(logp), abs=1e-4)
+
+
+def test_two_look_ahead_beams_find_the_mode_that_two_plain_beams_miss(smol_tokenizer):
+    """A running beam scored log p(prefix) + log Φ(prefix) is the prefix's mass inside the
+    language: on ten tiny Llamas two such beams return μ*'s most likely member every time, while
+    two beams scored by log p(prefix) alone miss it on most (measured: 7 of 10)."""
+    plain_hits = 0
+    for seed in range(1, 11):
+        model, g, star, _ = finite_setting(smol_tokenizer, seed=seed)
+        mode = max(star.probs, key=star.probs.get)
+        ids = torch.tensor([list(PROMPT)])
+        for phi in ("exact", "uniform"):
+            out = hf_fvo.generate(model, ids, grammar=g, phi=phi, do_sample=False, num_beams=2,
+                                  max_new_tokens=MAX_NEW, **CANONICAL)  # fmt: skip
+            hit = _output(out, len(PROMPT), g.eos_token_id) == mode
+            if phi == "exact":
+                assert hit, seed
+            else:
+                plain_hits += hit
+    assert plain_hits < 5  # the test has power: plain narrow beams miss the mode here
