@@ -265,14 +265,16 @@ def _particle_row(
 def _mode_row(
     model: Any, g: Grammar, prompt: tuple[int, ...], budget: int, beams: int, star: TerminalLaw
 ) -> dict:
-    """Greedy masking and ``beams`` beams scored by log p(x) (``length_penalty=0.0``,
-    ``early_stopping="never"``) against μ*'s most likely member: whether each returned it, and
-    how far below it each output's μ* log-probability lies (0: the mode; ``inf`` outside the
-    explored support)."""
+    """Greedy masking, ``beams`` beams scored by log p(x) (``length_penalty=0.0``,
+    ``early_stopping="never"``) and two look-ahead beams (exact Φ: a running beam scored
+    log p(prefix) + log Φ(prefix)) against μ*'s most likely member: whether each returned it,
+    and how far below it each output's μ* log-probability lies (0: the mode; ``inf`` outside
+    the explored support)."""
     mode = max(star.probs, key=star.probs.get)
     ids, eos, out = torch.tensor([prompt]), g.eos_token_id, {"beams": beams}
-    runs = {"greedy": {}, "beam": {"num_beams": beams, "length_penalty": 0.0,
-                                    "early_stopping": "never"}}  # fmt: skip
+    canonical = {"length_penalty": 0.0, "early_stopping": "never"}
+    runs = {"greedy": {}, "beam": {"num_beams": beams, **canonical},
+            "lookahead": {"num_beams": 2, "phi": "exact", **canonical}}  # fmt: skip
     for key, kwargs in runs.items():
         t0 = time.perf_counter()
         row = generate(model, ids, grammar=g, do_sample=False, max_new_tokens=budget,
@@ -346,7 +348,8 @@ def markdown(results: list[dict]) -> str:
             ("smc_min_ess", "min ESS (median)"), ("smc_seconds", "s per SMC output"),
             ("beams", "beams"), ("beam_is_mode", "beams = μ* mode"),
             ("beam_gap", "beams' log-gap to the mode"), ("greedy_is_mode", "greedy = mode"),
-            ("greedy_gap", "greedy's log-gap"),
+            ("greedy_gap", "greedy's log-gap"), ("lookahead_is_mode", "2 look-ahead beams = mode"),
+            ("lookahead_gap", "look-ahead's log-gap"),
             ("acceptance", "acceptance"),
             ("tokens_per_s", "tokens/s"), ("seconds", "seconds")]  # fmt: skip
     lines = ["| " + " | ".join(c[1] for c in cols) + " |", "|" + "---|" * len(cols)]

@@ -98,8 +98,9 @@ def test_particle_rows_report_log_z_ess_and_a_tv_to_mu_star_within_its_null(smol
 
 
 def test_mode_rows_compare_beams_and_greedy_with_mu_stars_most_likely_member(smol_tokenizer):
-    """``beams=N`` on a trie row: each decoder's output is checked against μ*'s argmax, and its
-    gap is log μ*(mode) − log μ*(output) (0 at the mode, never negative)."""
+    """``beams=N`` on a trie row: each decoder's output (greedy, N beams, two look-ahead beams
+    with exact Φ) is checked against μ*'s argmax, and its gap is log μ*(mode) − log μ*(output)
+    (0 at the mode, never negative)."""
     from hf_fvo.eval import grammar_conditional_law
     from tests.lms import tiny_llama
 
@@ -113,7 +114,9 @@ def test_mode_rows_compare_beams_and_greedy_with_mu_stars_most_likely_member(smo
     assert widest <= 16  # 16 beams hold every prefix: beam search is exhaustive here
     assert result["beams"] == 16 and result["beam_is_mode"] and result["beam_gap"] == 0.0
     assert result["greedy_gap"] >= 0.0 and result["greedy_is_mode"] == (result["greedy_gap"] == 0)
-    assert "beams = μ* mode" in markdown([result])
+    assert result["lookahead_gap"] >= 0.0
+    assert result["lookahead_is_mode"] == (result["lookahead_gap"] == 0)
+    assert "beams = μ* mode" in markdown([result]) and "2 look-ahead beams" in markdown([result])
 
 
 def test_rows_without_an_oracle_sample_a_feasible_estimator_instead_of_exact(smol_tokenizer):
