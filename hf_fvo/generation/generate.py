@@ -96,7 +96,9 @@ def generate(
             under a Markov LM; μ*), ``"exact_markov"``, ``"rollout"``, ``"gated"``,
             ``"learned"`` — or an estimator instance. A name is resolved by
             :func:`hf_fvo.phi.make_estimator`, which keeps the estimator on ``model``: the next
-            call with the same name and grammar reuses its tables.
+            call with the same name and grammar reuses its tables. Under beam search
+            (``num_beams``) a running beam is ranked by log p(prefix) + log Φ̂ (a look-ahead;
+            masking: log p(prefix)) and a finished one by log p(x).
         prompt_length: Columns of ``input_ids`` that are prompt; the grammar's text starts
             after them. Default: all of them. To continue a partial output, pass the prompt and
             the partial output as ``input_ids`` and the prompt's width here: the grammar resumes
