@@ -50,17 +50,19 @@ def test_wide_canonical_beams_return_the_exact_mode_of_mu_star(smol_tokenizer):
     assert greedy_hits < len(SEEDS)  # the test has power: greedy is not the mode here
 
 
+@pytest.mark.parametrize("phi", ["uniform", "onestep"])
 @pytest.mark.parametrize("margin", [0, 3])
-def test_every_beam_ends_inside_the_language_at_a_budget_that_binds(smol_tokenizer, margin):
+def test_every_beam_ends_inside_the_language_at_a_budget_that_binds(smol_tokenizer, margin, phi):
     """A JSON schema with three required keys at its shortest built member's length (+ 0, + 3): four
-    beams, each with its own remaining budget, return complete, valid outputs; none is cut."""
+    beams, each with its own remaining budget, return complete, valid outputs; none is cut —
+    with masking and with a Φ̂ look-ahead (whose parent term shifts a row, never its set)."""
     schema = THREE_KEYS
     model = tiny_llama(len(smol_tokenizer), smol_tokenizer.eos_token_id, seed=3)
     g = Grammar.from_json_schema(schema, smol_tokenizer, vocab_size=model.config.vocab_size)
     _, shortest = g.shortest_bounds(g.initial_state)  # a member the grammar built: it fits
     budget = shortest + 1 + margin  # (+ 1: EOS)
     ids = torch.tensor([[1, 200, 300]])
-    out = hf_fvo.generate(model, ids, grammar=g, do_sample=False, num_beams=4,
+    out = hf_fvo.generate(model, ids, grammar=g, phi=phi, do_sample=False, num_beams=4,
                           num_return_sequences=4, max_new_tokens=budget, **CANONICAL)  # fmt: skip
     for row in out.tolist():
         new = row[ids.shape[1] :]
