@@ -403,6 +403,12 @@ class GrammarCandidateGenerator(CandidateGenerator):
     def stats(self) -> SpeculationStats:
         return self.free.stats
 
+    @property
+    def num_drafting_tokens(self) -> int:
+        """Most tokens one round proposes (Transformers ≥ 5.25 keeps that many steps of a
+        recurrent cache to roll back)."""
+        return max(MAX_KNOWN_RUN, self.max_run)
+
     def get_candidates(
         self, input_ids: torch.LongTensor, **kwargs: Any
     ) -> tuple[torch.LongTensor, torch.Tensor | None]:

@@ -54,9 +54,9 @@ def assisted_decoding(
 
 def why_not_assisted(model: Any, generation_config: Any, model_kwargs: dict) -> str | None:
     """Why Transformers' assisted decoding cannot run with this model and cache (it refuses
-    stateful models, ``use_cache=False`` and static caches), or ``None``."""
+    ``use_cache=False`` and static caches, and up to 5.24 stateful models), or ``None``."""
     static = getattr(generation_config, "cache_implementation", None)
-    if getattr(model, "_is_stateful", False):
+    if getattr(model, "_is_stateful", False):  # ≤ 5.24; 5.25 rolls a recurrent cache back
         return f"{type(model).__name__} is stateful (its state cannot be rolled back)"
     if not model_kwargs.get("use_cache", True):
         return "use_cache=False"
@@ -66,25 +66,45 @@ def why_not_assisted(model: Any, generation_config: Any, model_kwargs: dict) -> 
     if type(given).__name__ == "StaticCache":
         return "a StaticCache"
     if given is not None and hasattr(given, "get_seq_length") and given.get_seq_length() > 0:
-        # Transformers 5.24's assisted decoding from a pre-filled cache returns another output
-        # than plain decoding does (its own prompt lookup too): measured, tests/generation
+        # Transformers 5.24's and 5.25's assisted decoding from a pre-filled cache returns another
+        # output than plain decoding does (its own prompt lookup too): measured, tests/generation
         return "a pre-filled cache passed in"
     return None
 
 
 class WidenedDraft(AssistedCandidateGenerator):
-    """Transformers' assisted candidate generator whose draft mask, position ids and token type
-    ids always cover the candidate ids it is given: tokens proposed without a draft forward
-    (the grammar's spelled-out runs) are covered also before the draft's first forward, where
-    Transformers extends them only once the draft has a cache."""
+    """Transformers' assisted candidate generator, kept consistent with the candidates we
+    actually propose: its draft mask, position ids and token type ids always cover the ids it
+    is given (tokens proposed without a draft forward, the grammar's spelled-out runs, are
+    covered also before the draft's first forward), and its cache is cropped to the ids it
+    shares with the next round's sequence. Transformers crops by lengths (5.24: the sequence
+    minus two; 5.25: the last drafted length), which assumes the candidates returned are the
+    ones drafted; ours add spelled-out tokens around them and cut inadmissible ones, after
+    which a length-based crop keeps keys and values of tokens the sequence does not hold."""
+
+    def get_candidates(self, input_ids: Any, **kwargs: Any) -> tuple[Any, Any]:
+        candidate_ids, logits = super().get_candidates(input_ids, **kwargs)
+        cache = self.assistant_kwargs.get("cache")
+        held = cache.get_seq_length() if cache is not None else 0
+        self._cached: list[int] = candidate_ids[0, :held].tolist()  # what its cache holds
+        return candidate_ids, logits
 
     def _update_past_and_masks(self, input_ids: Any, *args: Any, **kw: Any) -> bool:
+        cache = self.assistant_kwargs.get("cache")
+        width = input_ids.shape[-1]
+        if cache is not None:  # keep the longest prefix the sequence shares, less its last id
+            ids, keep = input_ids[0].tolist(), 0
+            cached = getattr(self, "_cached", [])
+            while keep < min(len(cached), width - 1) and cached[keep] == ids[keep]:
+                keep += 1
+            # a count ≤ 0 (5.25 refuses sizes); crop(0) still trims a recurrent layer's states
+            cache.crop(keep - cache.get_seq_length())
+            self._cached = cached[:keep]
         decoder = self.assistant_model.config.is_encoder_decoder
-        width, kwargs = input_ids.shape[-1], self.assistant_kwargs
-        kwargs = _prepare_attention_mask(kwargs, width, decoder)
+        kwargs = _prepare_attention_mask(self.assistant_kwargs, width, decoder)
         kwargs = _prepare_position_ids(kwargs, width, decoder)
         self.assistant_kwargs = _prepare_token_type_ids(kwargs, width)
-        return super()._update_past_and_masks(input_ids, *args, **kw)
+        return cache is not None
 
 
 class _WithCandidateGenerator:

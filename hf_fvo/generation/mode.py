@@ -33,7 +33,8 @@ class DecodingRequest:
         beams: ``num_beams``.
         encoder_decoder: The model is an encoder-decoder.
         why_not_assisted: Why Transformers' assisted decoding cannot run with this model and
-            cache (a stateful model, ``use_cache=False``, a static cache), or ``None``.
+            cache (``use_cache=False``, a static cache; a stateful model on Transformers ≤ 5.24), or
+            ``None``.
     """
 
     draft_model: bool = False

@@ -142,6 +142,13 @@ class GrammarAwareCandidateGenerator(WidenedDraft):
     def stats(self) -> SpeculationStats:
         return self.free.stats
 
+    @property
+    def num_drafting_tokens(self) -> int:
+        """Most tokens one round proposes (Transformers ≥ 5.25 keeps that many steps of a
+        recurrent cache to roll back): a known law's run, or spelled-out runs around the
+        draft's tokens."""
+        return max(MAX_KNOWN_RUN, 2 * self.max_run + int(self.num_assistant_tokens))
+
     def _room(self, ids: list[int], most: int) -> int:
         """Tokens a free run may take after ``ids`` (none when runs are off)."""
         return min(most, self.main_model_max_length - len(ids) - 1) if self.grammar_runs else 0

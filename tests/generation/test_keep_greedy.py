@@ -219,8 +219,8 @@ def test_beam_search_reading_the_prompt_once_returns_transformers_beams(smol_tok
 
 
 def test_a_prefilled_cache_passed_in_decodes_greedily_as_without_one():
-    """Transformers 5.24's assisted decoding started from a pre-filled cache returns another
-    output than plain greedy decoding (here: another tokenisation of the answer, chosen by a
+    """Transformers 5.24's and 5.25's assisted decoding started from a pre-filled cache returns
+    another output than plain greedy decoding (here: another tokenisation of the answer, chosen by a
     step that is not the argmax); hf_fvo runs such a call plain, so a user's cache changes
     nothing but the time."""
     from hf_fvo.models import load_default_model, load_default_tokenizer

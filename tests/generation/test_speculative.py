@@ -8,6 +8,8 @@ test_sampling_laws.py.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from transformers import LogitsProcessorList
@@ -281,26 +283,52 @@ def test_one_sequence_is_drafted_by_the_grammar_by_default(setting):
     assert len(plain[2].scores) == plain[2].sequences.shape[1] - len(PROMPT)
 
 
-def test_a_stateful_model_decodes_plainly_by_default(sp_tokenizer):
-    """Assisted decoding refuses stateful models (Mamba's state cannot be rolled back), so the
-    default grammar drafts step aside for them; the output is still a member."""
+def test_a_stateful_model_drafts_only_where_transformers_can_roll_its_state_back(sp_tokenizer):
+    """Mamba keeps a recurrent state. Transformers up to 5.24 refuses assisted decoding for it
+    (``_is_stateful``: the state could not be rolled back), so the default grammar drafts step
+    aside and ``grammar_draft=True`` is refused by name; from 5.25 its cache records past states
+    and rolls back as far as the candidate generator says a round proposes, so the drafts run,
+    and greedy decoding with them (the grammar's runs; a draft model whose proposals are
+    rejected, rolling back up to six tokens) writes what plain greedy writes. Either way the
+    output is a member."""
     from transformers import MambaConfig, MambaForCausalLM
 
     from tests.generation.finite import CHOICES
 
     torch.manual_seed(0)
     config = MambaConfig(vocab_size=len(sp_tokenizer), hidden_size=16, state_size=4,
-                         num_hidden_layers=1, eos_token_id=sp_tokenizer.eos_token_id)  # fmt: skip
+                         num_hidden_layers=1, eos_token_id=sp_tokenizer.eos_token_id,
+                         tie_word_embeddings=False)  # fmt: skip
     model = MambaForCausalLM(config).eval()
     grammar = hf_fvo.Grammar.from_choices(CHOICES, sp_tokenizer, vocab_size=config.vocab_size)
     out = hf_fvo.generate(model, torch.tensor([PROMPT]), grammar=grammar, do_sample=True,
                           max_new_tokens=MAX_NEW, return_dict_in_generate=True)  # fmt: skip
-    assert "speculation" not in out
     row = out.sequences[0, len(PROMPT) :].tolist()
     assert grammar.is_accepting(grammar.walk(row[: row.index(grammar.eos_token_id)]))
-    with pytest.raises(InvalidArgumentError, match="MambaForCausalLM is stateful"):
-        hf_fvo.generate(model, torch.tensor([PROMPT]), grammar=grammar, grammar_draft=True,
-                        max_new_tokens=MAX_NEW)  # fmt: skip
+    if getattr(model, "_is_stateful", False):  # Transformers ≤ 5.24
+        assert "speculation" not in out
+        with pytest.raises(InvalidArgumentError, match="MambaForCausalLM is stateful"):
+            hf_fvo.generate(model, torch.tensor([PROMPT]), grammar=grammar, grammar_draft=True,
+                            max_new_tokens=MAX_NEW)  # fmt: skip
+        return
+    assert "speculation" in out
+    draft = copy.deepcopy(model)  # the target's weights, its head perturbed
+    with torch.no_grad():
+        head = draft.get_output_embeddings().weight
+        noise = torch.randn(head.shape, generator=torch.Generator().manual_seed(1))
+        head.add_(noise * 3 * head.std())
+    pairs = hf_fvo.Grammar.from_regex("([abc][xyz]){6}", sp_tokenizer, vocab_size=config.vocab_size)
+    settings = [(grammar, {"grammar_draft": True}),
+                (pairs, {"assistant_model": draft, "num_assistant_tokens": 6})]  # fmt: skip
+    for language, helper in settings:
+        drafted, plain = (
+            hf_fvo.generate(model, torch.tensor([PROMPT]), grammar=language, **kwargs,
+                            do_sample=False, max_new_tokens=16, return_dict_in_generate=True)
+            for kwargs in (helper, {"grammar_draft": False})
+        )  # fmt: skip
+        assert drafted.sequences.tolist() == plain.sequences.tolist()
+    rounds = drafted.speculation
+    assert max(p - a for p, a in zip(rounds.proposed, rounds.accepted, strict=True)) >= 2
 
 
 BATCH_PROMPTS = [(1, 5, 9), (1, 7), (1, 4, 4, 8), (1, 6, 3)]
@@ -362,3 +390,38 @@ def test_draft_reweights_with_the_verifiers_estimator_by_default(setting):
     assert costly.estimator.needs_model
     assert _draft_processor(costly, "auto", draft).estimator.name == "uniform"
     assert _draft_processor(costly, None, draft).estimator.name == "uniform"
+
+
+@pytest.mark.parametrize("draft_kwargs", [{"blind_draft": True}, {}])
+def test_the_drafts_cache_holds_the_sequence_it_continues(setting, sp_tokenizer, draft_kwargs):
+    """Each time the draft model drafts, the keys and values in its cache are those of the
+    sequence it continues, as a fresh forward computes them. Our rounds add the grammar's
+    spelled-out tokens around the draft's and cut its inadmissible ones, so a cache cropped by
+    lengths alone (Transformers' rule) would keep the keys of tokens the sequence no longer
+    holds. Sampling with a blind draft (cut at its first inadmissible token, then a spelled-out
+    tail) and with a masked one, on a language with shared spelled-out stretches."""
+    target, draft = setting[:2]
+    grammar = hf_fvo.Grammar.from_choices(
+        ["alphabet soup", "alpha beta gamma", "beta alphabet"], sp_tokenizer
+    )
+    checked = []
+
+    def generate(input_ids, cache=None, **kwargs):
+        held = 0 if cache is None else cache.get_seq_length()
+        if held:
+            fresh = draft(input_ids[:, :held], use_cache=True).past_key_values
+            for mine, theirs in zip(cache.layers, fresh.layers, strict=True):
+                torch.testing.assert_close(mine.keys[..., :held, :], theirs.keys)
+                torch.testing.assert_close(mine.values[..., :held, :], theirs.values)
+            checked.append(held)
+        return type(draft).generate(draft, input_ids=input_ids, cache=cache, **kwargs)
+
+    draft.generate = generate
+    try:
+        for seed in range(4):
+            torch.manual_seed(seed)
+            hf_fvo.generate(target, torch.tensor([PROMPT]), grammar=grammar, assistant_model=draft,
+                            do_sample=True, max_new_tokens=24, **draft_kwargs)  # fmt: skip
+    finally:
+        del draft.generate
+    assert len(checked) >= 2  # the draft continued from its cache
