@@ -187,7 +187,7 @@ def content_state(data: bytes) -> int:
 
     Example:
         >>> from hf_fvo.grammar.pushdown.utf8 import content_state
-        >>> content_state(b"ab"), content_state(b"\\u"), content_state(b'"')
+        >>> content_state(b"ab"), content_state(rb"\\u"), content_state(b'"')
         (0, 9, -1)
     """
     table, state = _STRING_TABLE, 0

@@ -91,7 +91,7 @@ def pattern_texts(schema: Any, most: int = 16) -> tuple[str, ...]:
 
     Example:
         >>> from hf_fvo.grammar.schema.instance import pattern_texts
-        >>> pattern_texts({"properties": {"d": {"type": "string", "pattern": "\\d{2}-\\d{2}"}},
+        >>> pattern_texts({"properties": {"d": {"type": "string", "pattern": r"\\d{2}-\\d{2}"}},
         ...                "patternProperties": {"^x-": {}}})
         ('x-', '11-11')
     """
