@@ -11,7 +11,7 @@ import torch
 
 from hf_fvo.errors import InvalidArgumentError, check_int
 from hf_fvo.generation.drafts import SpeculationStats
-from hf_fvo.generation.options import PER_STEP_OUTPUTS, GenerateOptions
+from hf_fvo.generation.options import PER_STEP_OUTPUTS, GenerateOptions, call_setting
 from hf_fvo.generation.tracker import left_padding
 
 __all__ = ["right_padded", "row_by_row"]
@@ -40,10 +40,7 @@ def row_by_row(
     copies = check_int("num_return_sequences", kwargs.pop("num_return_sequences", 1) or 1,
                        minimum=1)  # fmt: skip
     as_dict = bool(kwargs.get("return_dict_in_generate"))
-    config = kwargs.get("generation_config") or model.generation_config
-    pad = kwargs.get("pad_token_id", config.pad_token_id)
-    if pad is None:
-        pad = options.grammar.eos_token_id
+    pad = call_setting(model, kwargs, "pad_token_id", options.grammar.eos_token_id)
     rows, certificates, stats = [], [], SpeculationStats()
     for r, skip in enumerate(pads):
         start = None if options.prompt_length is None else options.prompt_length - skip

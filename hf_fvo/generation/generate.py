@@ -29,7 +29,12 @@ from hf_fvo.generation.feasibility import check_feasible
 from hf_fvo.generation.likeliest import keep_greedy as keep_greedy_decode
 from hf_fvo.generation.loops import assisted_decoding, decoding_loop, why_not_assisted
 from hf_fvo.generation.mode import DecodingRequest, decoding_mode
-from hf_fvo.generation.options import PER_STEP_OUTPUTS, GenerateOptions, check_input_ids
+from hf_fvo.generation.options import (
+    PER_STEP_OUTPUTS,
+    GenerateOptions,
+    call_setting,
+    check_input_ids,
+)
 from hf_fvo.generation.particle_loop import particle_decode
 from hf_fvo.generation.particles import AutoParticles, ParticleReport
 from hf_fvo.generation.prefill import prompt_cache
@@ -188,13 +193,11 @@ def generate(
         num_assistant_tokens, grammar_draft, particles, check_tries, keep_greedy,
     )  # fmt: skip
     if keep_greedy:
-        config = generate_kwargs.get("generation_config") or model.generation_config
-        pad = generate_kwargs.get("pad_token_id", getattr(config, "pad_token_id", None))
         out = keep_greedy_decode(
             lambda ids, kw, draft: _generate(model, ids, replace(options, grammar_draft=draft), kw),
             model, input_ids, generate_kwargs, grammar_draft=grammar_draft,
             eos_token_ids=grammar.eos_token_ids,
-            pad_token_id=grammar.eos_token_id if pad is None else pad,
+            pad_token_id=call_setting(model, generate_kwargs, "pad_token_id", grammar.eos_token_id),
             vocab_size=model_vocab_size(model) or grammar.vocab_size,
         )  # fmt: skip
     else:
@@ -365,14 +368,12 @@ def _read_prompt_once(
 ) -> None:
     """For beam search, the prompt's cache read once and copied per beam into ``kwargs``
     (:mod:`hf_fvo.generation.prefill`), unless the call brings a cache or cannot use one."""
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
-    beams = kwargs.get("num_beams", getattr(config, "num_beams", 1)) or 1
-    static = kwargs.get("cache_implementation", getattr(config, "cache_implementation", None))
+    beams = call_setting(model, kwargs, "num_beams", 1)
     if (
         beams < 2 or options.assistant_model is not None or options.particles is not None
         or kwargs.get("cache") is not None or kwargs.get("past_key_values") is not None
-        or kwargs.get("use_cache", getattr(config, "use_cache", True)) is False
-        or static is not None
+        or call_setting(model, kwargs, "use_cache", True) is False
+        or call_setting(model, kwargs, "cache_implementation") is not None
     ):  # fmt: skip
         return
     cache = prompt_cache(model, input_ids, kwargs.get("attention_mask"))

@@ -18,7 +18,7 @@ import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from hf_fvo.errors import InvalidArgumentError
-from hf_fvo.generation.options import PER_STEP_OUTPUTS
+from hf_fvo.generation.options import PER_STEP_OUTPUTS, call_setting
 from hf_fvo.generation.prefill import cut_to_prompt, for_beams
 from hf_fvo.models.cache import cache_argument, output_cache
 
@@ -32,12 +32,6 @@ _BEAM_ONLY = ("num_beams", "length_penalty", "early_stopping", "num_beam_groups"
               "diversity_penalty")  # fmt: skip
 
 
-def _config_value(model: Any, kwargs: dict[str, Any], name: str, default: Any) -> Any:
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
-    value = kwargs.get(name, getattr(config, name, default))
-    return default if value is None else value
-
-
 def check_keep_greedy(model: Any, kwargs: dict[str, Any]) -> int:
     """The number of beams ``keep_greedy`` runs beside greedy decoding, or a typed error.
 
@@ -46,15 +40,15 @@ def check_keep_greedy(model: Any, kwargs: dict[str, Any]) -> int:
             per-step outputs (the returned sequence comes from one of two decodings) or a
             ``cache`` passed in (the decoder reads the prompt itself).
     """
-    beams = _config_value(model, kwargs, "num_beams", 1)
+    beams = call_setting(model, kwargs, "num_beams", 1)
     if beams < 2:
         raise InvalidArgumentError(
             f"keep_greedy compares greedy decoding with beam search: set num_beams >= 2 "
             f"(got {beams})"
         )
-    if _config_value(model, kwargs, "do_sample", False):
+    if call_setting(model, kwargs, "do_sample", False):
         raise InvalidArgumentError("keep_greedy is a deterministic decoder: drop do_sample=True")
-    if _config_value(model, kwargs, "num_return_sequences", 1) != 1:
+    if call_setting(model, kwargs, "num_return_sequences", 1) != 1:
         raise InvalidArgumentError(
             "keep_greedy returns one sequence per prompt: drop num_return_sequences"
         )
@@ -151,10 +145,10 @@ def _kept_logp(out: Any, width: int, lengths: list[int]) -> list[float] | None:
 
 
 def _budget(model: Any, kwargs: dict[str, Any], width: int) -> int:
-    new = _config_value(model, kwargs, "max_new_tokens", None)
+    new = call_setting(model, kwargs, "max_new_tokens", None)
     if new is not None:
         return int(new)
-    return max(int(_config_value(model, kwargs, "max_length", 20)) - width, 0)
+    return max(int(call_setting(model, kwargs, "max_length", 20)) - width, 0)
 
 
 def keep_greedy(

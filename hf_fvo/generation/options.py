@@ -14,7 +14,7 @@ from hf_fvo.grammar import Grammar
 from hf_fvo.grammar.interface import require_grammar
 from hf_fvo.phi import PhiEstimator
 
-__all__ = ["PER_STEP_OUTPUTS", "GenerateOptions", "check_input_ids"]
+__all__ = ["PER_STEP_OUTPUTS", "GenerateOptions", "call_setting", "check_input_ids"]
 
 # generate() arguments that ask for something per decoding step (they follow one draw)
 PER_STEP_OUTPUTS = ("output_scores", "output_logits", "output_attentions",
@@ -99,6 +99,26 @@ class GenerateOptions:
         return {"draft_phi": self.draft_phi, "blind": self.blind_draft,
                 "num_assistant_tokens": self.num_assistant_tokens,
                 "grammar_runs": self.grammar_draft is not False}  # fmt: skip
+
+
+def call_setting(model: Any, kwargs: dict[str, Any], name: str, default: Any = None) -> Any:
+    """The generation setting ``name`` a ``generate(**kwargs)`` call decodes with: its keyword,
+    else its ``generation_config``'s, else the model's; ``default`` where none sets it.
+
+    Example:
+        >>> from transformers import GenerationConfig
+        >>> from hf_fvo.generation.options import call_setting
+        >>> config = GenerationConfig(num_beams=4)
+        >>> call_setting(None, {"generation_config": config}, "num_beams", 1)
+        4
+        >>> call_setting(None, {"generation_config": config, "num_beams": 2}, "num_beams", 1)
+        2
+        >>> call_setting(None, {}, "pad_token_id") is None
+        True
+    """
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    value = kwargs.get(name, getattr(config, name, default))
+    return default if value is None else value
 
 
 def check_input_ids(input_ids: Any) -> torch.Tensor:

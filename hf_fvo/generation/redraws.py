@@ -12,7 +12,7 @@ import torch
 
 from hf_fvo.errors import CheckFailedError
 from hf_fvo.generation.batches import right_padded
-from hf_fvo.generation.options import PER_STEP_OUTPUTS, GenerateOptions
+from hf_fvo.generation.options import PER_STEP_OUTPUTS, GenerateOptions, call_setting
 
 __all__ = ["grammar_tokens", "redraw_failed"]
 
@@ -39,14 +39,12 @@ def redraw_failed(
     width = input_ids.shape[1]
     start = width if options.prompt_length is None else options.prompt_length
     mask = kwargs.get("attention_mask")
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
-    sampling = kwargs.get("do_sample", getattr(config, "do_sample", False))
-    beams = kwargs.get("num_beams", getattr(config, "num_beams", 1)) or 1
+    sampling = call_setting(model, kwargs, "do_sample", False)
+    beams = call_setting(model, kwargs, "num_beams", 1)
     per_step = any(kwargs.get(k) for k in PER_STEP_OUTPUTS)  # they follow one draw
     limit = options.check_tries if sampling and beams == 1 and not per_step else 1
     eos = set(grammar.eos_token_ids)
-    pad = kwargs.get("pad_token_id", getattr(config, "pad_token_id", None))
-    pad = grammar.eos_token_id if pad is None else pad
+    pad = call_setting(model, kwargs, "pad_token_id", grammar.eos_token_id)
     rows = [sequences[i] for i in range(sequences.shape[0])]
     draws = [1] * len(rows)
     certificates = list(out["certificates"]) if as_dict and "certificates" in out else None
