@@ -82,19 +82,22 @@ class WidenedDraft(AssistedCandidateGenerator):
     ones drafted; ours add spelled-out tokens around them and cut inadmissible ones, after
     which a length-based crop keeps keys and values of tokens the sequence does not hold."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._cached: list[int] = []  # the ids whose keys and values the draft's cache holds
+
     def get_candidates(self, input_ids: Any, **kwargs: Any) -> tuple[Any, Any]:
         candidate_ids, logits = super().get_candidates(input_ids, **kwargs)
         cache = self.assistant_kwargs.get("cache")
         held = cache.get_seq_length() if cache is not None else 0
-        self._cached: list[int] = candidate_ids[0, :held].tolist()  # what its cache holds
+        self._cached = candidate_ids[0, :held].tolist()
         return candidate_ids, logits
 
     def _update_past_and_masks(self, input_ids: Any, *args: Any, **kw: Any) -> bool:
         cache = self.assistant_kwargs.get("cache")
         width = input_ids.shape[-1]
         if cache is not None:  # keep the longest prefix the sequence shares, less its last id
-            ids, keep = input_ids[0].tolist(), 0
-            cached = getattr(self, "_cached", [])
+            ids, keep, cached = input_ids[0].tolist(), 0, self._cached
             while keep < min(len(cached), width - 1) and cached[keep] == ids[keep]:
                 keep += 1
             # a count ≤ 0 (5.25 refuses sizes); crop(0) still trims a recurrent layer's states

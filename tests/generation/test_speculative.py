@@ -19,6 +19,7 @@ from hf_fvo import CUSTOM_GENERATE
 from hf_fvo.errors import InvalidArgumentError
 from hf_fvo.eval import empirical_tv, null_tv_percentiles
 from hf_fvo.generation import FVOLogitsProcessor, GrammarAwareCandidateGenerator
+from hf_fvo.models.cache import output_cache
 from hf_fvo.phi import ExactPhi
 from tests.generation.finite import MAX_NEW, PROMPT, N, finite_setting
 from tests.lms import tiny_llama
@@ -409,7 +410,7 @@ def test_the_drafts_cache_holds_the_sequence_it_continues(setting, sp_tokenizer,
     def generate(input_ids, cache=None, **kwargs):
         held = 0 if cache is None else cache.get_seq_length()
         if held:
-            fresh = draft(input_ids[:, :held], use_cache=True).past_key_values
+            fresh = output_cache(draft(input_ids[:, :held], use_cache=True))
             for mine, theirs in zip(cache.layers, fresh.layers, strict=True):
                 torch.testing.assert_close(mine.keys[..., :held, :], theirs.keys)
                 torch.testing.assert_close(mine.values[..., :held, :], theirs.values)
